@@ -1,0 +1,44 @@
+# Quick start:  make demo   |   make test
+# Both create .venv on first use. torch is installed before the project so that pip never pulls a
+# multi-GB CUDA build where a CPU build is already installed (reused via --system-site-packages)
+# or lies on disk (pip's find-links). GPU users: see docs/install.md (TORCH_INDEX, the flash extra).
+
+PYTHON      ?= python3
+VENV        ?= .venv
+BIN         := $(VENV)/bin
+TORCH_SPEC  ?= torch==2.13.0
+TORCH_INDEX ?=
+EXTRAS      ?= dev
+PYTEST_ARGS ?=
+STAMP       := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: setup demo test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x $(BIN)/python ]; then \
+	  if $(PYTHON) -c "import torch" 2>/dev/null; then \
+	    echo "reusing the torch installed for $(PYTHON)"; $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else $(PYTHON) -m venv $(VENV); fi; \
+	fi
+	@$(BIN)/python -c "import torch" 2>/dev/null || \
+	  $(BIN)/pip install --disable-pip-version-check $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(BIN)/pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/headprobe demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/attention.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,226 @@
+"""Every attention backend on this machine against the reference, and the reference against a loop."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import loop_attention
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer import attention as attn_mod
+from trainer.attention import AttentionBackendError, FlexBackend, attention, select_backend
+
+# (heads, kv_heads, q_len, k_len, qk_dim, v_dim, window)
+CASES = {
+    "causal": (2, 2, 37, 37, 16, 16, None),
+    "window": (2, 2, 37, 37, 16, 16, 5),
+    "window-1": (2, 2, 20, 20, 8, 8, 1),
+    "window>=len": (2, 2, 20, 20, 8, 8, 64),
+    "decode-1": (2, 2, 1, 30, 16, 16, 6),
+    "decode-1-full": (2, 2, 1, 30, 16, 16, None),
+    "chunk-after-cache": (2, 1, 7, 30, 16, 16, 6),
+    "chunk-after-cache-full": (2, 2, 7, 30, 16, 16, None),
+    "gqa": (4, 2, 33, 33, 16, 16, 9),
+    "gqa-full": (6, 2, 33, 33, 16, 16, None),
+    "qk>v": (2, 2, 41, 41, 32, 8, 7),
+    "qk<v": (2, 2, 41, 41, 8, 32, None),
+    "qk<v-window": (2, 1, 41, 41, 8, 20, 7),  # v_dim not a multiple of qk_dim
+    "qk>v-full-gqa": (4, 2, 41, 41, 64, 16, None),
+}
+
+
+def make(case, dtype=torch.float32, batch=2, requires_grad=False):
+    h, hkv, lq, lk, dqk, dv, window = CASES[case]
+    q = torch.randn(batch, h, lq, dqk, dtype=torch.float64)
+    k = torch.randn(batch, hkv, lk, dqk, dtype=torch.float64)
+    v = torch.randn(batch, hkv, lk, dv, dtype=torch.float64)
+    ts = [t.to(dtype).requires_grad_(requires_grad) for t in (q, k, v)]
+    return (*ts, window)
+
+
+def cpu_backends():
+    """Backends that run on this machine's CPU; flex is used eagerly here (compiled case below)."""
+    return {"sdpa": attn_mod.BACKENDS["sdpa"], "flex-eager": FlexBackend(compile=False)}
+
+
+def test_reference_matches_per_query_loop():
+    for case in ("window", "chunk-after-cache", "gqa", "qk<v-window", "causal"):
+        q, k, v, window = make(case, torch.float64, batch=1)
+        scale = 0.3
+        got = attention(q, k, v, window=window, scale=scale, backend="reference")
+        torch.testing.assert_close(got, loop_attention(q, k, v, window, scale), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex-eager"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_backend_matches_reference_float32(backend, case):
+    q, k, v, window = make(case, torch.float32)
+    ref = attention(q.double(), k.double(), v.double(), window=window, backend="reference")
+    with torch.no_grad():
+        got = cpu_backends()[backend](q, k, v, attn_mod.CausalMask(window), q.shape[-1] ** -0.5)
+    assert got.shape == ref.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["window", "gqa", "qk>v", "qk<v", "chunk-after-cache"])
+def test_sdpa_matches_reference_bfloat16(case):
+    q, k, v, window = make(case, torch.bfloat16)
+    ref = attention(q.double(), k.double(), v.double(), window=window, backend="reference")
+    got = attention(q, k, v, window=window, backend="sdpa")
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), ref, atol=3e-2, rtol=3e-2)
+
+
+def test_sdpa_float64():
+    q, k, v, window = make("qk<v-window", torch.float64)
+    ref = attention(q, k, v, window=window, backend="reference")
+    torch.testing.assert_close(attention(q, k, v, window=window, backend="sdpa"), ref, atol=1e-12, rtol=0)
+
+
+def test_flex_compiled_matches_reference():
+    q, k, v, window = make("qk>v-full-gqa", torch.float32)
+    q2, k2, v2, w2 = make("window", torch.float32)
+    with torch.no_grad():
+        for a, b, c, w in ((q, k, v, window), (q2, k2, v2, w2)):
+            ref = attention(a.double(), b.double(), c.double(), window=w, backend="reference")
+            got = attention(a, b, c, window=w, backend="flex")
+            torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["window", "gqa", "qk>v", "qk<v-window", "chunk-after-cache-full", "causal"])
+def test_sdpa_gradients_match_reference(case):
+    q, k, v, window = make(case, torch.float64, requires_grad=True)
+    w = torch.randn(q.shape[0], q.shape[1], q.shape[2], v.shape[-1], dtype=torch.float64)
+    grads = {}
+    for backend in ("reference", "sdpa"):
+        for t in (q, k, v):
+            t.grad = None
+        (attention(q, k, v, window=window, backend=backend) * w).sum().backward()
+        grads[backend] = [t.grad.clone() for t in (q, k, v)]
+    for a, b in zip(grads["reference"], grads["sdpa"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa", "flex-eager"])
+@pytest.mark.parametrize("window", [None, 1, 4, 13, 100])
+@pytest.mark.parametrize("q_len", [1, 9, 40])
+def test_black_box_window(backend, window, q_len):
+    """q = k = 0 makes attention uniform over the visible keys, so with v = key position each output
+    must be the mean of exactly the visible positions: (first + last) / 2."""
+    k_len = 40
+    q = torch.zeros(1, 2, q_len, 8)
+    k = torch.zeros(1, 2, k_len, 8)
+    v = torch.arange(k_len, dtype=torch.float32).view(1, 1, k_len, 1).expand(1, 2, k_len, 8).contiguous()
+    fn = {"flex-eager": cpu_backends()["flex-eager"]}.get(backend)
+    with torch.no_grad():
+        if fn is None:
+            out = attention(q, k, v, window=window, backend=backend)
+        else:
+            out = fn(q, k, v, attn_mod.CausalMask(window), 1.0)
+    for i in range(q_len):
+        pos = k_len - q_len + i
+        first = 0 if window is None else max(0, pos - window + 1)
+        assert out[0, :, i].sub((first + pos) / 2).abs().max() < 1e-4, (i, pos, window)
+
+
+def test_sdpa_never_builds_quadratic_masks(monkeypatch):
+    """Sliding windows at L=4096 must run as query blocks against their key band, and on CPU every
+    SDPA call must have equal qk/v widths (the fused kernel's condition)."""
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kw):
+        calls.append((q.shape, k.shape, v.shape, None if attn_mask is None else attn_mask.numel()))
+        return real(q, k, v, attn_mask=attn_mask, **kw)
+
+    monkeypatch.setattr(attn_mod.F, "scaled_dot_product_attention", spy)
+    L, W = 4096, 64
+    q = torch.randn(1, 2, L, 16)
+    k = torch.randn(1, 2, L, 16)
+    v = torch.randn(1, 2, L, 40)
+    with torch.no_grad():
+        attention(q, k, v, window=W, backend="sdpa")
+    block = attn_mod.BACKENDS["sdpa"].block_q
+    assert calls, "SDPA was not called"
+    for qs, ks, vs, mask_numel in calls:
+        assert qs[-1] == vs[-1]
+        assert ks[2] <= block + W - 1
+        assert mask_numel is None or mask_numel <= block * (block + W - 1)
+    calls.clear()
+    with torch.no_grad():
+        attention(q, k, v[..., :16], window=None, backend="sdpa")
+    assert len(calls) == 1 and calls[0][3] is None  # one fused causal call, no mask tensor
+
+
+def test_auto_on_cpu_is_sdpa_never_reference():
+    q = torch.randn(1, 2, 8192, 32)
+    k = torch.randn(1, 2, 8192, 32)
+    for v_dim in (32, 8, 128):
+        v = torch.randn(1, 2, 8192, v_dim)
+        for window in (None, 512):
+            assert select_backend(q, k, v, window=window) == "sdpa"
+            q.requires_grad_(True)
+            assert select_backend(q, k, v, window=window) == "sdpa"
+            q.requires_grad_(False)
+
+
+def test_flex_backward_on_cpu_is_refused_with_alternative():
+    q, k, v, window = make("window", requires_grad=True)
+    with pytest.raises(AttentionBackendError, match=r"no backward pass on CPU.*sdpa"):
+        attention(q, k, v, window=window, backend="flex")
+
+
+@pytest.mark.parametrize(
+    "dims, dtype, match",
+    [
+        ((512, 128), torch.bfloat16, "qk_dim == v_dim"),
+        ((512, 512), torch.bfloat16, "head widths <= 256"),
+        ((128, 128), torch.float32, "float16/bfloat16"),
+        ((128, 128), torch.bfloat16, "CUDA only"),
+    ],
+)
+def test_flash_limits_are_named(dims, dtype, match):
+    dqk, dv = dims
+    q, k, v = (
+        torch.zeros(1, 2, 4, dqk, dtype=dtype),
+        torch.zeros(1, 2, 4, dqk, dtype=dtype),
+        torch.zeros(1, 2, 4, dv, dtype=dtype),
+    )
+    with pytest.raises(AttentionBackendError, match=match) as info:
+        attention(q, k, v, backend="flash")
+    assert "use backend=" in str(info.value)
+
+
+def test_bad_shapes_are_named():
+    q = torch.zeros(1, 3, 4, 8)
+    with pytest.raises(ValueError, match="not a multiple of kv_heads"):
+        attention(q, torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8))
+    with pytest.raises(ValueError, match="qk_dim"):
+        attention(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 6), torch.zeros(1, 2, 4, 8))
+    with pytest.raises(ValueError, match="q_len"):
+        attention(torch.zeros(1, 2, 9, 8), torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8))
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        attention(torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), torch.zeros(1, 2, 4, 8), backend="fast")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    groups=st.integers(1, 3), kv_heads=st.integers(1, 2), k_len=st.integers(1, 70),
+    q_frac=st.floats(0.01, 1.0),
+    qk=st.sampled_from([4, 8, 12, 32]), v=st.sampled_from([4, 8, 20, 32]),
+    window=st.one_of(st.none(), st.integers(1, 80)), block=st.sampled_from([3, 16, 256]),
+)  # fmt: skip
+def test_sdpa_property(groups, kv_heads, k_len, q_frac, qk, v, window, block):
+    q_len = max(1, round(q_frac * k_len))
+    h = groups * kv_heads
+    q = torch.randn(1, h, q_len, qk, dtype=torch.float64)
+    k = torch.randn(1, kv_heads, k_len, qk, dtype=torch.float64)
+    val = torch.randn(1, kv_heads, k_len, v, dtype=torch.float64)
+    ref = attention(q, k, val, window=window, backend="reference")
+    got = attn_mod.SdpaBackend(block_q=block)(q, k, val, attn_mod.CausalMask(window), qk**-0.5)
+    torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
+    assert not math.isnan(float(got.sum()))

@@ -1,0 +1,333 @@
+"""Causal (optionally sliding-window) attention with several exact backends.
+
+``attention(q, k, v, window=..., scale=..., backend=...)`` with
+
+* ``q``: ``[batch, heads, q_len, qk_dim]``
+* ``k``: ``[batch, kv_heads, k_len, qk_dim]`` (``heads`` a multiple of ``kv_heads``: grouped-query)
+* ``v``: ``[batch, kv_heads, k_len, v_dim]`` (``v_dim`` may differ from ``qk_dim``)
+* returns ``[batch, heads, q_len, v_dim]`` in ``q``'s dtype.
+
+Queries are the last ``q_len`` of the ``k_len`` keys and a window of ``W`` shows ``W`` keys including
+the query's own: see :mod:`trainer.masks`, the single place that convention is written down.
+
+Backends (all compute the same function; tests hold each to ``reference``):
+
+==========  =====================================================================================
+reference   dense math in the input dtype (float64 works); builds ``q_len x k_len``: tests only
+sdpa        PyTorch SDPA. Sliding windows run query blocks against their key band (memory grows as
+            ``L * window``, never ``L^2``). On CPU, whose fused kernel needs ``qk_dim == v_dim``,
+            ``v`` is zero-padded/split into ``qk_dim``-wide chunks so the fused kernel still runs.
+flex        FlexAttention (compiled) with a block mask. CPU: forward only (no backward in PyTorch).
+flash       flash-attn (CUDA, fp16/bf16, ``qk_dim == v_dim <= 256``); window ``(W-1, 0)``.
+auto        the fastest backend that supports the device, dtype, shapes and gradient need.
+==========  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from trainer.masks import CausalMask
+
+
+class AttentionBackendError(RuntimeError):
+    """The requested backend cannot run these inputs; the message names the limit and an alternative."""
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What a backend needs to know to decide whether it can run a call."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    q_len: int
+    k_len: int
+    qk_dim: int
+    v_dim: int
+    dtype: torch.dtype
+    device: torch.device
+    needs_grad: bool
+
+    @classmethod
+    def of(cls, q: Tensor, k: Tensor, v: Tensor) -> AttentionShape:
+        if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+            raise ValueError(
+                "attention expects q [batch, heads, q_len, qk_dim], k [batch, kv_heads, k_len, qk_dim], "
+                f"v [batch, kv_heads, k_len, v_dim]; got shapes {tuple(q.shape)}, {tuple(k.shape)}, "
+                f"{tuple(v.shape)}"
+            )
+        b, h, lq, dqk = q.shape
+        bk, hkv, lk, dk = k.shape
+        if (bk, hkv, lk) != tuple(v.shape[:3]) or bk != b:
+            raise ValueError(
+                f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree with q {tuple(q.shape)} "
+                "in batch, kv_heads or k_len"
+            )
+        if dk != dqk:
+            raise ValueError(f"q has qk_dim={dqk} but k has {dk}: queries and keys must have one width")
+        if h % hkv:
+            raise ValueError(f"heads={h} is not a multiple of kv_heads={hkv}")
+        if lq > lk:
+            raise ValueError(f"q_len={lq} > k_len={lk}: queries must be the last q_len of the keys")
+        if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
+            raise ValueError("q, k and v must share dtype and device")
+        needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        return cls(b, h, hkv, lq, lk, dqk, v.shape[-1], q.dtype, q.device, needs_grad)
+
+
+def _expand_kv(x: Tensor, heads: int) -> Tensor:
+    """``[B, Hkv, L, D] -> [B, heads, L, D]``: query head ``h`` reads kv head ``h // (heads // Hkv)``."""
+    groups = heads // x.shape[1]
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# reference
+# ---------------------------------------------------------------------------------------------
+class ReferenceBackend:
+    """Dense ``softmax(q k^T * scale + mask) v``; the ground truth. Memory ``O(heads * q_len * k_len)``."""
+
+    name = "reference"
+
+    def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
+        return None
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        h = q.shape[1]
+        k, v = _expand_kv(k, h), _expand_kv(v, h)
+        work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        scores = (q.to(work) @ k.to(work).transpose(-1, -2)) * scale
+        visible = mask.dense(q.shape[2], k.shape[2], device=q.device)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        return (scores.softmax(dim=-1) @ v.to(work)).to(q.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# sdpa
+# ---------------------------------------------------------------------------------------------
+class SdpaBackend:
+    """PyTorch ``scaled_dot_product_attention`` without any ``L x L`` tensor.
+
+    * full causal, ``q_len == k_len``: one call with ``is_causal=True`` (fused kernels tile it);
+    * ``q_len == 1``: one call without a mask;
+    * otherwise (sliding windows, or a query block after a cache): query blocks of ``block_q`` rows,
+      each against only the keys some row of the block can see, with a ``block_q x band`` mask.
+    """
+
+    name = "sdpa"
+
+    def __init__(self, block_q: int = 256) -> None:
+        self.block_q = block_q
+
+    def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
+        return None
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        h = q.shape[1]
+        k, v = _expand_kv(k, h), _expand_kv(v, h)
+        qk_dim, v_dim = q.shape[-1], v.shape[-1]
+        if v_dim != qk_dim and q.device.type == "cpu":
+            # CPU's fused kernel requires v_dim == qk_dim, else SDPA falls back to the L^2 math path.
+            # Attention is linear in v: run qk_dim-wide slices of a zero-padded v and concatenate.
+            n_chunks = -(-v_dim // qk_dim)
+            v_pad = F.pad(v, (0, n_chunks * qk_dim - v_dim))
+            outs = [self._banded(q, k, chunk, mask, scale) for chunk in v_pad.split(qk_dim, dim=-1)]
+            return torch.cat(outs, dim=-1)[..., :v_dim]
+        return self._banded(q, k, v, mask, scale)
+
+    def _banded(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        q_len, k_len = q.shape[2], k.shape[2]
+        if q_len == 1 and mask.covers(k_len):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale)
+        if q_len == k_len and mask.covers(k_len):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        offset = k_len - q_len  # absolute position of query 0
+        outs = []
+        for start in range(0, q_len, self.block_q):
+            stop = min(q_len, start + self.block_q)
+            lo, _ = mask.key_range(offset + start)
+            hi = offset + stop
+            q_pos = torch.arange(offset + start, offset + stop, device=q.device)[:, None]
+            k_pos = torch.arange(lo, hi, device=q.device)[None, :]
+            block_mask = mask.visible(q_pos, k_pos)
+            outs.append(
+                F.scaled_dot_product_attention(
+                    q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=block_mask, scale=scale
+                )
+            )
+        return torch.cat(outs, dim=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# flex
+# ---------------------------------------------------------------------------------------------
+def _flex_available() -> bool:
+    return importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _flex_block_mask(window: int | None, q_len: int, k_len: int, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    cm = CausalMask(window)
+    offset = k_len - q_len
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return cm.visible(q_idx + offset, kv_idx)
+
+    return create_block_mask(mask_mod, None, None, q_len, k_len, device=device)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex() -> Callable[..., Tensor]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+class FlexBackend:
+    """FlexAttention with a block mask that skips fully masked tiles.
+
+    Compiled by default: eager FlexAttention materialises the full score matrix. ``compile=False``
+    is for small correctness checks only.
+    """
+
+    name = "flex"
+
+    def __init__(self, compile: bool = True) -> None:
+        self.compile = compile
+
+    def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
+        if not _flex_available():
+            return "FlexAttention needs PyTorch >= 2.5; use backend='sdpa'"
+        if s.device.type == "cpu" and s.needs_grad:
+            return (
+                "FlexAttention has no backward pass on CPU; use backend='sdpa' for training on CPU "
+                "(or run under torch.no_grad())"
+            )
+        return None
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        block_mask = _flex_block_mask(mask.window, q.shape[2], k.shape[2], str(q.device))
+        fn = _compiled_flex() if self.compile else flex_attention
+        gqa = q.shape[1] != k.shape[1]
+        return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=gqa)
+
+
+# ---------------------------------------------------------------------------------------------
+# flash
+# ---------------------------------------------------------------------------------------------
+class FlashBackend:
+    """flash-attn 2.x ``flash_attn_func`` (layout ``[B, L, H, D]`` inside)."""
+
+    name = "flash"
+    max_dim = 256
+
+    def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
+        # shape limits first: they hold whatever machine the call runs on
+        if s.qk_dim != s.v_dim:
+            return (
+                f"flash-attn needs qk_dim == v_dim, got {s.qk_dim} and {s.v_dim}; "
+                "use backend='flex' or 'sdpa'"
+            )
+        if s.qk_dim > self.max_dim or s.qk_dim % 8:
+            return (
+                f"flash-attn supports head widths <= {self.max_dim} that are multiples of 8, got "
+                f"{s.qk_dim}; use backend='flex' or 'sdpa'"
+            )
+        if s.dtype not in (torch.float16, torch.bfloat16):
+            return f"flash-attn needs float16/bfloat16, got {s.dtype}; use backend='sdpa' or 'flex'"
+        if s.device.type != "cuda":
+            return f"flash-attn runs on CUDA only, inputs are on {s.device}; use backend='sdpa'"
+        if importlib.util.find_spec("flash_attn") is None:
+            return "flash-attn is not installed (pip install 'headprobe[flash]'); use backend='sdpa'"
+        if torch.cuda.get_device_capability(s.device)[0] < 8:
+            return "flash-attn 2 needs an Ampere or newer GPU (sm80+); use backend='sdpa'"
+        return None
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        from flash_attn import flash_attn_func
+
+        out = flash_attn_func(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            softmax_scale=scale, causal=True, window_size=mask.flash_window_size(),
+        )  # fmt: skip
+        return out.transpose(1, 2)
+
+
+BACKENDS: dict[str, ReferenceBackend | SdpaBackend | FlexBackend | FlashBackend] = {
+    "reference": ReferenceBackend(),
+    "sdpa": SdpaBackend(),
+    "flex": FlexBackend(),
+    "flash": FlashBackend(),
+}
+
+
+def _auto_order(s: AttentionShape, mask: CausalMask) -> list[str]:
+    if s.device.type == "cuda":
+        # flash where it applies; flex skips masked tiles of sliding windows; SDPA (mem-efficient
+        # kernel on CUDA, which accepts qk_dim != v_dim and head widths above 256) for the rest.
+        return ["flash", "flex", "sdpa"] if not mask.covers(s.k_len) else ["flash", "sdpa"]
+    return ["sdpa"]
+
+
+def select_backend(
+    q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, backend: str = "auto"
+) -> str:
+    """The name of the backend ``attention`` would run for these inputs (raises if it cannot)."""
+    s = AttentionShape.of(q, k, v)
+    mask = CausalMask(window)
+    if backend == "auto":
+        reasons = []
+        for name in _auto_order(s, mask):
+            why = BACKENDS[name].unsupported(s, mask)
+            if why is None:
+                return name
+            reasons.append(f"{name}: {why}")
+        raise AttentionBackendError("no attention backend can run these inputs:\n  " + "\n  ".join(reasons))
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {['auto', *BACKENDS]}")
+    why = BACKENDS[backend].unsupported(s, mask)
+    if why is not None:
+        raise AttentionBackendError(
+            f"backend {backend!r} cannot run q{tuple(q.shape)} "
+            f"k{tuple(k.shape)} v{tuple(v.shape)} {s.dtype} on {s.device}: {why}"
+        )
+    return backend
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int | None = None,
+    scale: float | None = None,
+    backend: str = "auto",
+) -> Tensor:
+    """Causal attention; see the module docstring for shapes, the window convention and backends.
+
+    Args:
+        q: ``[batch, heads, q_len, qk_dim]``, the last ``q_len`` positions of the keys.
+        k: ``[batch, kv_heads, k_len, qk_dim]``.
+        v: ``[batch, kv_heads, k_len, v_dim]``.
+        window: keys visible to each query including its own; ``None`` = full causal.
+        scale: softmax temperature; default ``1/sqrt(qk_dim)``.
+        backend: ``auto`` | ``reference`` | ``sdpa`` | ``flex`` | ``flash``.
+
+    Returns:
+        ``[batch, heads, q_len, v_dim]`` in ``q``'s dtype.
+    """
+    name = select_backend(q, k, v, window=window, backend=backend)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return BACKENDS[name](q, k, v, CausalMask(window), scale)

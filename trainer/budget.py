@@ -1,0 +1,125 @@
+"""What a model configuration costs: parameters, training FLOPs per token and KV-cache bytes.
+
+Everything is computed from :class:`~trainer.config.ModelConfig` alone (no model is built), so the
+planner can price a 3B grid instantly; ``tests/test_budget.py`` checks the parameter count against
+real models. Conventions:
+
+* **Parameters**: distinct parameters; a tied LM head counts once.
+* **FLOPs** count multiply-adds as 2 FLOPs. Forward matmuls cost ``2 * N_matmul`` per token, where
+  ``N_matmul`` holds every linear weight including the LM head (but not the embedding lookup).
+  Attention adds ``2 * heads * (qk_dim + v_dim)`` per visible key: ``q.k`` scores and the weighted
+  sum of values. Visible keys are counted *causally and window-aware*: a full layer at sequence
+  length ``L`` averages ``(L+1)/2`` keys per query, a sliding layer ``mean_i min(i+1, W)`` -- never
+  ``L^2``. Training = forward + backward = 3 x forward. (MosaicML's MFU tables count non-causal
+  ``L^2``; our numbers are the work actually done, so our MFU is not inflated.)
+* **KV cache** at sequence length ``L``: every layer stores ``kv_heads * (qk_dim + v_dim)`` values
+  per cached token; full layers cache ``L`` tokens, sliding layers only ``min(L, W)``.
+  ``kv_bytes_per_token`` is that total divided by ``L``; ``kv_bytes_per_new_token`` is what one more
+  token adds once ``L > W`` (full layers only) -- the cost that dominates at 128K-256K.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from trainer.config import AttentionConfig, ModelConfig
+
+
+def attention_params(att: AttentionConfig, d_model: int) -> int:
+    """Weights of one attention layer: q, k, v and o projections (no biases)."""
+    q = d_model * att.n_heads * att.qk_head_dim
+    k = d_model * att.kv_heads * att.qk_head_dim
+    v = d_model * att.kv_heads * att.v_head_dim
+    o = att.n_heads * att.v_head_dim * d_model
+    return q + k + v + o
+
+
+def mean_visible_keys(seq_len: int, window: int | None) -> float:
+    """Average number of keys a query sees over positions ``0 .. seq_len-1`` (causal, windowed)."""
+    if window is None or window >= seq_len:
+        return (seq_len + 1) / 2
+    # positions 0..W-1 see i+1 keys, the remaining L-W positions see W keys
+    ramp = window * (window + 1) / 2
+    return (ramp + (seq_len - window) * window) / seq_len
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Costs of one configuration at one sequence length (see module docstring for conventions)."""
+
+    name: str
+    seq_len: int
+    params: int
+    embedding_params: int
+    attn_params: int
+    attn_params_swa: int
+    attn_params_full: int
+    mlp_params: int
+    n_swa_layers: int
+    n_full_layers: int
+    full_heads: int
+    full_qk_dim: int
+    full_v_dim: int
+    flops_per_token: float
+    attn_flops_per_token: float
+    kv_bytes_per_token: float
+    kv_bytes_per_new_token: int
+    kv_cache_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def budget(cfg: ModelConfig, seq_len: int | None = None, bytes_per_value: int = 2) -> Budget:
+    """Price ``cfg`` at ``seq_len`` tokens (default ``cfg.max_seq_len``); KV values of ``bytes_per_value``
+    bytes (2 = bf16)."""
+    seq_len = cfg.max_seq_len if seq_len is None else seq_len
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    d = cfg.d_model
+    types = cfg.layer_types()
+    n_full = types.count("full")
+    n_swa = len(types) - n_full
+    attn_swa = n_swa * attention_params(cfg.swa, d)
+    attn_full = n_full * attention_params(cfg.full, d)
+    mlp = cfg.n_layers * 3 * d * cfg.d_ff
+    norms = (2 * cfg.n_layers + 1) * d
+    embedding = cfg.vocab_size * d
+    lm_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
+    params = embedding + lm_head + attn_swa + attn_full + mlp + norms
+
+    matmul_params = attn_swa + attn_full + mlp + cfg.vocab_size * d
+    attn_flops = 0.0
+    kv_values = 0
+    kv_new = 0
+    for layer in range(cfg.n_layers):
+        att = cfg.attention(layer)
+        keys = mean_visible_keys(seq_len, att.window)
+        attn_flops += 2 * att.n_heads * (att.qk_head_dim + att.v_head_dim) * keys
+        per_token = att.kv_heads * (att.qk_head_dim + att.v_head_dim)
+        cached = seq_len if att.window is None else min(seq_len, att.window)
+        kv_values += per_token * cached
+        if att.window is None:
+            kv_new += per_token
+    forward = 2 * matmul_params + attn_flops
+    return Budget(
+        name=cfg.name or "custom",
+        seq_len=seq_len,
+        params=params,
+        embedding_params=embedding,
+        attn_params=attn_swa + attn_full,
+        attn_params_swa=attn_swa,
+        attn_params_full=attn_full,
+        mlp_params=mlp,
+        n_swa_layers=n_swa,
+        n_full_layers=n_full,
+        full_heads=cfg.full.n_heads,
+        full_qk_dim=cfg.full.qk_head_dim,
+        full_v_dim=cfg.full.v_head_dim,
+        flops_per_token=3 * forward,
+        attn_flops_per_token=3 * attn_flops,
+        kv_bytes_per_token=kv_values * bytes_per_value / seq_len,
+        kv_bytes_per_new_token=kv_new * bytes_per_value,
+        kv_cache_bytes=kv_values * bytes_per_value,
+    )

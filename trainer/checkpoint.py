@@ -1,0 +1,150 @@
+"""Model checkpoints: a folder with ``config.json``, ``model.safetensors`` and, unless the tokenizer is
+the byte tokenizer, ``tokenizer.json``.
+
+The folder is written atomically (see :mod:`trainer.atomic`): a crash leaves the previous checkpoint
+or none, never a half-written one. Each tensor's CRC-32 is stored in the safetensors metadata, so a
+file whose bytes were damaged after writing is caught on load, not silently used.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import Tensor
+
+from trainer.atomic import atomic_directory
+from trainer.config import ConfigError, ModelConfig
+from trainer.model import Transformer
+from trainer.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+FORMAT = "headprobe-checkpoint-1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder is missing, incomplete, corrupted or does not match its config."""
+
+
+def _crc32(t: Tensor) -> str:
+    raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
+    return f"{zlib.crc32(raw):08x}"
+
+
+def _weights(model: Transformer) -> dict[str, Tensor]:
+    """The state dict without the tied LM head (safetensors stores no aliases)."""
+    state = model.state_dict()
+    if model.cfg.tie_embeddings:
+        state.pop("lm_head.weight")
+    return {k: v.detach().contiguous().cpu() for k, v in state.items()}
+
+
+def save_checkpoint(
+    model: Transformer, path: str | Path, tokenizer: ByteTokenizer | HFTokenizer | None = None
+) -> Path:
+    """Write ``model`` (and ``tokenizer``) to the folder ``path`` atomically; returns ``path``."""
+    path = Path(path)
+    if (
+        tokenizer is not None
+        and not isinstance(tokenizer, ByteTokenizer)
+        and tokenizer.vocab_size > model.cfg.vocab_size
+    ):
+        raise CheckpointError(
+            f"tokenizer has {tokenizer.vocab_size} ids but the model's vocab_size is {model.cfg.vocab_size}"
+        )
+    weights = _weights(model)
+    metadata = {"format": FORMAT, **{f"crc32:{k}": _crc32(v) for k, v in weights.items()}}
+    with atomic_directory(path) as tmp:
+        (tmp / CONFIG_FILE).write_text(model.cfg.to_json())
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata=metadata)
+        if tokenizer is not None and not isinstance(tokenizer, ByteTokenizer):
+            tokenizer.save(tmp / TOKENIZER_FILE)
+    return path
+
+
+def _read_weights(file: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            metadata = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+    except Exception as err:  # safetensors raises SafetensorError / OSError on damaged files
+        raise CheckpointError(
+            f"{file}: cannot read safetensors ({err}); the file is truncated or corrupted. "
+            "Re-save the checkpoint or restore it from a copy."
+        ) from None
+    return tensors, metadata
+
+
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> tuple[Transformer, ByteTokenizer | HFTokenizer]:
+    """Load a checkpoint folder into a :class:`Transformer` (in eval mode) and its tokenizer.
+
+    Raises:
+        CheckpointError: the folder or a file is missing, the weights are damaged, or they do not
+            match ``config.json`` (each problem is named with the file it concerns).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint folder {path} does not exist (expected a folder with "
+            f"{CONFIG_FILE} and {WEIGHTS_FILE})"
+        )
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (path / name).is_file():
+            raise CheckpointError(f"{path / name} is missing: {path} is not a complete checkpoint")
+    try:
+        cfg = ModelConfig.from_json((path / CONFIG_FILE).read_text())
+    except (ConfigError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path / CONFIG_FILE}: {err}") from None
+
+    weights_file = path / WEIGHTS_FILE
+    tensors, metadata = _read_weights(weights_file)
+    damaged = [
+        k for k, t in tensors.items() if f"crc32:{k}" in metadata and metadata[f"crc32:{k}"] != _crc32(t)
+    ]
+    if damaged:
+        raise CheckpointError(
+            f"{weights_file}: tensors {damaged[:5]} fail their CRC-32 check; the file is corrupted. "
+            "Restore it from a copy."
+        )
+
+    model = Transformer(cfg)
+    expected = _weights(model)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong = [
+        f"{k}: file {tuple(tensors[k].shape)} vs config {tuple(expected[k].shape)}"
+        for k in sorted(set(expected) & set(tensors))
+        if tensors[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or wrong:
+        parts = []
+        if wrong:
+            parts.append("shape mismatches: " + "; ".join(wrong[:5]))
+        if missing:
+            parts.append(f"missing tensors: {missing[:5]}")
+        if unexpected:
+            parts.append(f"unexpected tensors: {unexpected[:5]}")
+        raise CheckpointError(
+            f"{weights_file} does not match {path / CONFIG_FILE} ({cfg.name or 'custom'}): "
+            + " | ".join(parts)
+            + ". The weights were saved from a different configuration."
+        )
+    model.load_state_dict(tensors, strict=not cfg.tie_embeddings)
+    model.to(device=device, dtype=dtype)
+    model.eval()
+    tok_file = path / TOKENIZER_FILE
+    tokenizer = load_tokenizer(tok_file) if tok_file.is_file() else ByteTokenizer()
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise CheckpointError(
+            f"{tok_file}: tokenizer has {tokenizer.vocab_size} ids, more than the model's "
+            f"vocab_size={cfg.vocab_size}"
+        )
+    return model, tokenizer

@@ -1,0 +1,265 @@
+"""The head-shape Transformer: a decoder-only LM whose layer types have their own attention shapes.
+
+    x = embed(ids)                                   hook_embed
+    for each block l:                                blocks.{l}.hook_resid_pre
+        x = x + o(attn(rope(q(ln1 x)), rope(k(ln1 x)), v(ln1 x)))     .hook_attn_out, .hook_resid_mid
+        x = x + down(silu(gate(ln2 x)) * up(ln2 x))                  .hook_mlp_out, .hook_resid_post
+    logits = lm_head(ln_final x)                     ln_final.hook_normalized
+
+Attention hooks (``blocks.{l}.attn.``) use TransformerLens' layout ``[batch, pos, heads, dim]``:
+``hook_q``/``hook_k`` (``qk_head_dim``), ``hook_v`` (``v_head_dim``), ``hook_rot_q``/``hook_rot_k``
+(after RoPE) and ``hook_z`` (per-head output before the o projection). There is **no**
+``hook_pattern``: no dense attention pattern is ever computed, at any length. Instead every
+attention layer passes its post-RoPE queries and keys, with its window and scale, through one seam,
+:meth:`Transformer.probe`, where streaming analyses can compute exact statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+from transformer_lens.HookedRootModule import HookedRootModule
+
+from trainer.attention import attention
+from trainer.config import AttentionConfig, LayerType, ModelConfig
+from trainer.kv_cache import KVCache
+from trainer.rope import Rotary
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What one attention layer sees in one forward pass; handed to every registered probe.
+
+    Attributes:
+        layer: block index.
+        layer_type: ``"sliding"`` or ``"full"``.
+        q: post-RoPE queries ``[batch, heads, q_len, qk_dim]``.
+        k: post-RoPE keys ``[batch, kv_heads, k_len, qk_dim]`` (cached keys first when decoding).
+        window: keys visible per query including its own; ``None`` = full causal.
+        scale: softmax scale applied to ``q . k``.
+        key_start: absolute position of ``k[:, :, 0]``; query ``i`` sits at absolute position
+            ``key_start + k_len - q_len + i`` (see :mod:`trainer.masks`).
+    """
+
+    layer: int
+    layer_type: LayerType
+    q: Tensor
+    k: Tensor
+    window: int | None
+    scale: float
+    key_start: int
+
+
+AttentionProbe = Callable[[AttentionCall], None]
+
+
+class RMSNorm(nn.Module):
+    """``x / rms(x) * weight`` over the last dim, computed in float32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: Tensor) -> Tensor:
+        work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        y = x.to(work)
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.hook_normalized(y.to(x.dtype) * self.weight)
+
+
+class Attention(nn.Module):
+    """Multi-head (grouped-query) causal attention with its own query/key and value widths."""
+
+    def __init__(self, layer: int, layer_type: LayerType, att: AttentionConfig, d_model: int) -> None:
+        super().__init__()
+        self.layer, self.layer_type, self.cfg = layer, layer_type, att
+        h, hkv = att.n_heads, att.kv_heads
+        self.q_proj = nn.Linear(d_model, h * att.qk_head_dim, bias=False)
+        self.k_proj = nn.Linear(d_model, hkv * att.qk_head_dim, bias=False)
+        self.v_proj = nn.Linear(d_model, hkv * att.v_head_dim, bias=False)
+        self.o_proj = nn.Linear(h * att.v_head_dim, d_model, bias=False)
+        self.rotary = Rotary(att.rope_dim, att.rope_theta)
+        self.backend = "auto"
+        self.probes: list[AttentionProbe] = []
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
+        self.hook_z = HookPoint()
+
+    def forward(self, x: Tensor, position: int = 0, cache: KVCache | None = None) -> Tensor:
+        """``x: [batch, seq, d_model]`` at absolute positions ``position ..`` -> ``[batch, seq, d_model]``."""
+        att = self.cfg
+        b, n, _ = x.shape
+        q = self.hook_q(self.q_proj(x).view(b, n, att.n_heads, att.qk_head_dim))
+        k = self.hook_k(self.k_proj(x).view(b, n, att.kv_heads, att.qk_head_dim))
+        v = self.hook_v(self.v_proj(x).view(b, n, att.kv_heads, att.v_head_dim))
+        q = self.hook_rot_q(self.rotary(q, offset=position))
+        k = self.hook_rot_k(self.rotary(k, offset=position))
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, heads, seq, dim]
+        if cache is not None:
+            k, v = cache[self.layer].update(k, v)
+        if self.probes:
+            call = AttentionCall(
+                layer=self.layer, layer_type=self.layer_type, q=q, k=k, window=att.window,
+                scale=att.scale, key_start=position + n - k.shape[2],
+            )  # fmt: skip
+            for probe in self.probes:
+                probe(call)
+        z = attention(q, k, v, window=att.window, scale=att.scale, backend=self.backend)
+        z = self.hook_z(z.transpose(1, 2))  # [batch, seq, heads, v_dim]
+        return self.o_proj(z.reshape(b, n, att.n_heads * att.v_head_dim))
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.up_proj = nn.Linear(d_model, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: attention, then SwiGLU MLP."""
+
+    def __init__(self, layer: int, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(layer, cfg.layer_type(layer), cfg.attention(layer), cfg.d_model)
+        self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
+        self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_out, self.hook_mlp_out = HookPoint(), HookPoint()
+
+    def forward(self, x: Tensor, position: int = 0, cache: KVCache | None = None) -> Tensor:
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x), position, cache)))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
+
+
+class Transformer(HookedRootModule):
+    """The model. ``Transformer(cfg)(input_ids [batch, seq]) -> logits [batch, seq, vocab]``.
+
+    A TransformerLens ``HookedRootModule``: ``run_with_hooks``, ``run_with_cache`` and ``hooks()``
+    work with the hook names listed in the module docstring.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.hook_embed = HookPoint()
+        self.blocks = nn.ModuleList(Block(i, cfg) for i in range(cfg.n_layers))
+        self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.reset_parameters()
+        self.setup()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) weights; residual-output projections scaled by ``1/sqrt(2*n_layers)``."""
+        std = self.cfg.init_std
+        for name, p in self.named_parameters():
+            if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name.startswith("ln_final"):
+                nn.init.ones_(p)
+            elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+                nn.init.normal_(p, std=std / math.sqrt(2 * self.cfg.n_layers))
+            else:
+                nn.init.normal_(p, std=std)
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, input_ids: Tensor, cache: KVCache | None = None, last_only: bool = False) -> Tensor:
+        """Logits ``[batch, seq, vocab]`` (``[batch, 1, vocab]`` with ``last_only``).
+
+        Args:
+            input_ids: ``[batch, seq]`` token ids.
+            cache: when given, ``input_ids`` continue the cached sequence; the cache is updated.
+            last_only: project only the last position to the vocabulary (saves ``seq * vocab`` memory).
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
+        position = 0 if cache is None else cache.position
+        x = self.hook_embed(self.embed(input_ids))
+        for block in self.blocks:
+            x = block(x, position, cache)
+        if cache is not None:
+            cache.position += input_ids.shape[1]
+        x = self.ln_final(x)
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(x)
+
+    @torch.no_grad()
+    def generate(self, input_ids: Tensor, max_new_tokens: int, stop_ids: list[int] | None = None) -> Tensor:
+        """Greedy decoding with a KV cache: one prefill pass, then one token per step.
+
+        Args:
+            input_ids: prompt ``[batch, seq]``.
+            max_new_tokens: upper bound on generated tokens.
+            stop_ids: a row is finished once it emits one of these (the stop token is included).
+
+        Returns:
+            ``[batch, n_new]`` new token ids, ``n_new <= max_new_tokens``; it ends early once every
+            row is finished. A row that finished before the others is padded with its stop token.
+        """
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        cache = KVCache(self.cfg)
+        stop = torch.tensor(stop_ids or [], dtype=torch.long, device=input_ids.device)
+        token = self(input_ids, cache=cache, last_only=True)[:, -1].argmax(-1)
+        finished = torch.zeros_like(token, dtype=torch.bool)
+        fill = token.clone()
+        out = []
+        for step in range(max_new_tokens):
+            token = torch.where(finished, fill, token)
+            out.append(token)
+            newly = ~finished & torch.isin(token, stop)
+            fill = torch.where(newly, token, fill)
+            finished |= newly
+            if bool(finished.all()) or step == max_new_tokens - 1:
+                break
+            token = self(token[:, None], cache=cache, last_only=True)[:, -1].argmax(-1)
+        return torch.stack(out, dim=1)
+
+    # -- utilities -------------------------------------------------------------------------
+    def num_params(self, exclude_embeddings: bool = False) -> int:
+        """Number of distinct parameters (a tied LM head counts once)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.embed.weight.numel() if exclude_embeddings else n
+
+    @property
+    def attention_layers(self) -> list[Attention]:
+        return [block.attn for block in self.blocks]
+
+    def set_attention_backend(self, backend: str) -> None:
+        """Backend for every attention layer (``auto``, ``sdpa``, ``flex``, ``flash``, ``reference``)."""
+        for attn in self.attention_layers:
+            attn.backend = backend
+
+    @contextmanager
+    def probe(self, fn: AttentionProbe) -> Iterator[None]:
+        """Call ``fn(AttentionCall)`` at every attention layer while the context is open; always removed.
+
+        This is the single place where post-RoPE queries and keys pass by with the layer's window and
+        scale, before attention is computed; the analysis package builds its streaming statistics on it.
+        """
+        for attn in self.attention_layers:
+            attn.probes.append(fn)
+        try:
+            yield
+        finally:
+            for attn in self.attention_layers:
+                attn.probes.remove(fn)

@@ -1,0 +1,102 @@
+"""Tokenizers behind one small interface: a file-free byte tokenizer and local ``tokenizer.json`` files.
+
+Both provide ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size``, ``bos_id``,
+``eos_id``, ``pad_id`` and ``name``. Nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    name: str
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int | None
+    pad_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as ids ``0..255``; ids ``256..263`` are special.
+
+    ``256`` = ``<bos>``, ``257`` = ``<eos>``, ``258`` = ``<pad>``, ``259..263`` reserved (they make the
+    vocabulary 264, a multiple of 8). ``decode`` drops special ids and replaces invalid UTF-8.
+    """
+
+    name = "byte"
+    vocab_size = 264
+    bos_id = 256
+    eos_id = 257
+    pad_id = 258
+    special_tokens: ClassVar[dict[str, int]] = {"<bos>": 256, "<eos>": 257, "<pad>": 258}
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        return "ByteTokenizer()"
+
+
+# special-token spellings used by common tokenizer.json files
+_BOS_NAMES = ("<|begin_of_text|>", "<bos>", "<s>", "<|startoftext|>")
+_EOS_NAMES = ("<|endoftext|>", "<|end_of_text|>", "<eos>", "</s>", "<|im_end|>")
+_PAD_NAMES = ("<pad>", "<|pad|>", "<|finetune_right_pad_id|>")
+
+
+class HFTokenizer:
+    """A local ``tokenizer.json`` loaded with the ``tokenizers`` library (no hub access)."""
+
+    def __init__(self, path: str | Path) -> None:
+        from tokenizers import Tokenizer as _Tok
+
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file {path} does not exist")
+        try:
+            self._tok = _Tok.from_file(str(path))
+        except Exception as err:  # tokenizers raises a bare Exception subclass
+            raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from None
+        self.path = path
+        self.name = str(path)
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.bos_id = self._first_id(_BOS_NAMES)
+        self.eos_id = self._first_id(_EOS_NAMES)
+        self.pad_id = self._first_id(_PAD_NAMES)
+
+    def _first_id(self, names: tuple[str, ...]) -> int | None:
+        for name in names:
+            idx = self._tok.token_to_id(name)
+            if idx is not None:
+                return idx
+        return None
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def save(self, path: str | Path) -> None:
+        self._tok.save(str(path))
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({str(self.path)!r})"
+
+
+def load_tokenizer(spec: str | Path) -> ByteTokenizer | HFTokenizer:
+    """``"byte"`` for the byte tokenizer, else a path to ``tokenizer.json`` or a folder holding one."""
+    if str(spec) == "byte":
+        return ByteTokenizer()
+    return HFTokenizer(spec)
