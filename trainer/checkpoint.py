@@ -26,6 +26,10 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 FORMAT = "headprobe-checkpoint-1"
+# config fields that decide what each weight means; symmetric grid members (e.g. toy-d16 and toy-d64)
+# have identical tensor shapes, so shapes alone cannot tell their weights apart
+_LAYOUT_FIELDS = ("vocab_size", "d_model", "n_layers", "d_ff", "full_every", "tie_embeddings")
+_ATTENTION_LAYOUT_FIELDS = ("n_heads", "qk_head_dim", "v_head_dim", "n_kv_heads")
 
 
 class CheckpointError(RuntimeError):
@@ -35,6 +39,14 @@ class CheckpointError(RuntimeError):
 def _crc32(t: Tensor) -> str:
     raw = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
     return f"{zlib.crc32(raw):08x}"
+
+
+def _layout(cfg: ModelConfig) -> dict[str, object]:
+    layout: dict[str, object] = {f: getattr(cfg, f) for f in _LAYOUT_FIELDS}
+    for kind in ("swa", "full"):
+        att = getattr(cfg, kind)
+        layout.update({f"{kind}.{f}": getattr(att, f) for f in _ATTENTION_LAYOUT_FIELDS})
+    return layout
 
 
 def _weights(model: Transformer) -> dict[str, Tensor]:
@@ -59,7 +71,11 @@ def save_checkpoint(
             f"tokenizer has {tokenizer.vocab_size} ids but the model's vocab_size is {model.cfg.vocab_size}"
         )
     weights = _weights(model)
-    metadata = {"format": FORMAT, **{f"crc32:{k}": _crc32(v) for k, v in weights.items()}}
+    metadata = {
+        "format": FORMAT,
+        "layout": json.dumps(_layout(model.cfg)),
+        **{f"crc32:{k}": _crc32(v) for k, v in weights.items()},
+    }
     with atomic_directory(path) as tmp:
         (tmp / CONFIG_FILE).write_text(model.cfg.to_json())
         save_file(weights, str(tmp / WEIGHTS_FILE), metadata=metadata)
@@ -85,6 +101,8 @@ def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> tuple[Transformer, ByteTokenizer | HFTokenizer]:
     """Load a checkpoint folder into a :class:`Transformer` (in eval mode) and its tokenizer.
+
+    The model keeps the dtype its weights were saved in unless ``dtype`` is given.
 
     Raises:
         CheckpointError: the folder or a file is missing, the weights are damaged, or they do not
@@ -115,6 +133,20 @@ def load_checkpoint(
             "Restore it from a copy."
         )
 
+    if "layout" in metadata:
+        saved = json.loads(metadata["layout"])
+        diff = [
+            f"{k}: weights {saved.get(k)!r} vs config {v!r}"
+            for k, v in _layout(cfg).items()
+            if saved.get(k) != v
+        ]
+        if diff:
+            raise CheckpointError(
+                f"{path / CONFIG_FILE} does not describe the weights in {weights_file}: "
+                + "; ".join(diff)
+                + ". The weights were saved from a different configuration; restore its config.json."
+            )
+
     model = Transformer(cfg)
     expected = _weights(model)
     missing = sorted(set(expected) - set(tensors))
@@ -137,8 +169,11 @@ def load_checkpoint(
             + " | ".join(parts)
             + ". The weights were saved from a different configuration."
         )
+    if dtype is None:  # keep the precision the weights were saved in
+        dtype = next(iter(tensors.values())).dtype
+    model.to(dtype=dtype)
     model.load_state_dict(tensors, strict=not cfg.tie_embeddings)
-    model.to(device=device, dtype=dtype)
+    model.to(device=device)
     model.eval()
     tok_file = path / TOKENIZER_FILE
     tokenizer = load_tokenizer(tok_file) if tok_file.is_file() else ByteTokenizer()

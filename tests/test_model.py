@@ -1,0 +1,288 @@
+"""The model against an independent dense float64 implementation, plus hooks, probes and decoding."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import tiny_config
+from test_rope import complex_rope
+
+from trainer.config import AttentionConfig, list_presets, preset
+from trainer.kv_cache import KVCache
+from trainer.model import AttentionCall, Transformer
+
+
+def dense_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
+    """The architecture written out densely in float64 from the weights, with its own masks and RoPE."""
+    cfg = model.cfg
+    w = {k: v.double() for k, v in model.state_dict().items()}
+    b, n = ids.shape
+    pos = torch.arange(n, dtype=torch.float64)
+
+    def rms(x, weight):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.norm_eps) * weight
+
+    x = w["embed.weight"][ids]
+    for layer in range(cfg.n_layers):
+        att = cfg.full if (layer + 1) % cfg.full_every == 0 else cfg.swa
+        p = f"blocks.{layer}."
+        h = rms(x, w[p + "ln1.weight"])
+        q = (h @ w[p + "attn.q_proj.weight"].T).view(b, n, att.n_heads, att.qk_head_dim)
+        k = (h @ w[p + "attn.k_proj.weight"].T).view(b, n, att.kv_heads, att.qk_head_dim)
+        v = (h @ w[p + "attn.v_proj.weight"].T).view(b, n, att.kv_heads, att.v_head_dim)
+        if att.rope_dim:
+            q, k = (
+                complex_rope(q, pos, att.rope_dim, att.rope_theta),
+                complex_rope(k, pos, att.rope_dim, att.rope_theta),
+            )
+        group = att.n_heads // att.kv_heads
+        i = torch.arange(n)[:, None]
+        j = torch.arange(n)[None, :]
+        allowed = j <= i
+        if att.window is not None:
+            allowed = allowed & (j > i - att.window)
+        heads = []
+        for hd in range(att.n_heads):
+            s = q[:, :, hd] @ k[:, :, hd // group].transpose(1, 2) / att.qk_head_dim**0.5
+            s = s.masked_fill(~allowed, float("-inf"))
+            heads.append(torch.softmax(s, -1) @ v[:, :, hd // group])
+        z = torch.cat(heads, -1)
+        x = x + z @ w[p + "attn.o_proj.weight"].T
+        h = rms(x, w[p + "ln2.weight"])
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        x = (
+            x
+            + ((gate * torch.sigmoid(gate)) * (h @ w[p + "mlp.up_proj.weight"].T))
+            @ w[p + "mlp.down_proj.weight"].T
+        )
+    x = rms(x, w["ln_final.weight"])
+    head = w["embed.weight"] if cfg.tie_embeddings else w["lm_head.weight"]
+    return x @ head.T
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"tie_embeddings": False},
+        {"full": AttentionConfig(n_heads=4, qk_head_dim=4, v_head_dim=16, n_kv_heads=1, rope_dim=0)},
+        {"full_every": 1, "full": AttentionConfig(n_heads=2, qk_head_dim=8, v_head_dim=8, rope_dim=8)},
+    ],
+)
+@pytest.mark.parametrize("backend", ["sdpa", "reference"])
+def test_forward_matches_dense_reference(overrides, backend):
+    model = Transformer(tiny_config(**overrides)).double()
+    model.set_attention_backend(backend)
+    ids = torch.randint(0, 40, (2, 23))
+    torch.testing.assert_close(model(ids), dense_forward(model, ids), atol=1e-10, rtol=0)
+
+
+def test_float32_forward_close_to_float64():
+    model = Transformer(tiny_config())
+    ids = torch.randint(0, 40, (2, 30))
+    torch.testing.assert_close(model(ids).double(), dense_forward(model, ids), atol=2e-5, rtol=1e-5)
+
+
+def test_layer_types_follow_full_every():
+    cfg = preset("0.6b-d512")
+    assert [i for i, t in enumerate(cfg.layer_types()) if t == "full"] == list(range(3, 28, 4))
+    model = Transformer(tiny_config(n_layers=8))
+    types = [a.layer_type for a in model.attention_layers]
+    assert types == ["sliding", "sliding", "sliding", "full"] * 2
+    assert model.blocks[3].attn.q_proj.weight.shape == (2 * 16, 32)
+    assert model.blocks[3].attn.o_proj.weight.shape == (32, 2 * 4)  # o reads heads * v_head_dim
+
+
+HOOKS = ["hook_embed", "ln_final.hook_normalized"] + [
+    f"blocks.{layer}.{name}"
+    for layer in range(4)
+    for name in (
+        "hook_resid_pre",
+        "attn.hook_q",
+        "attn.hook_k",
+        "attn.hook_v",
+        "attn.hook_rot_q",
+        "attn.hook_rot_k",
+        "attn.hook_z",
+        "hook_attn_out",
+        "hook_resid_mid",
+        "hook_mlp_out",
+        "hook_resid_post",
+    )
+]
+
+
+def test_run_with_cache_hooks_are_consistent():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (1, 12))
+    logits, cache = model.run_with_cache(ids)
+    assert set(HOOKS) <= set(cache)
+    assert not any("pattern" in name or "attn_scores" in name for name in cache)
+    full = model.cfg.full
+    assert cache["blocks.3.attn.hook_q"].shape == (1, 12, full.n_heads, full.qk_head_dim)
+    assert cache["blocks.3.attn.hook_v"].shape == (1, 12, full.kv_heads, full.v_head_dim)
+    assert cache["blocks.3.attn.hook_z"].shape == (1, 12, full.n_heads, full.v_head_dim)
+    for layer in range(3):
+        torch.testing.assert_close(
+            cache[f"blocks.{layer}.hook_resid_post"], cache[f"blocks.{layer + 1}.hook_resid_pre"]
+        )
+    z = cache["blocks.3.attn.hook_z"].reshape(1, 12, -1)
+    torch.testing.assert_close(z @ model.blocks[3].attn.o_proj.weight.T, cache["blocks.3.hook_attn_out"])
+    rope = full.rope_dim
+    want = complex_rope(
+        cache["blocks.3.attn.hook_q"], torch.arange(12.0, dtype=torch.float64), rope, full.rope_theta
+    )
+    torch.testing.assert_close(cache["blocks.3.attn.hook_rot_q"], want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(model.lm_head(cache["ln_final.hook_normalized"]), logits)
+
+
+def test_zeroing_a_head_in_hook_z_equals_zeroing_its_output_columns():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 15))
+    head, v_dim = 1, model.cfg.full.v_head_dim
+
+    def ablate(z, hook):
+        z = z.clone()
+        z[:, :, head] = 0
+        return z
+
+    hooked = model.run_with_hooks(ids, fwd_hooks=[("blocks.3.attn.hook_z", ablate)])
+    edited = copy.deepcopy(model)
+    with torch.no_grad():
+        edited.blocks[3].attn.o_proj.weight[:, head * v_dim : (head + 1) * v_dim] = 0
+    torch.testing.assert_close(hooked, edited(ids))
+    assert not torch.allclose(hooked, model(ids))  # the ablation mattered ...
+    torch.testing.assert_close(model(ids), dense_forward(model, ids), atol=1e-10, rtol=0)  # ... and is gone
+
+
+def test_hooks_are_removed_even_when_a_hook_raises():
+    model = Transformer(tiny_config())
+
+    def boom(x, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        model.run_with_hooks(torch.randint(0, 40, (1, 5)), fwd_hooks=[("blocks.0.attn.hook_q", boom)])
+    assert all(len(hp._forward_hooks) == 0 for hp in model.hook_dict.values())
+
+
+def test_probe_sees_post_rope_q_k_with_window_and_scale():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (1, 9))
+    seen: list[AttentionCall] = []
+    _, cache = model.run_with_cache(ids)
+    with model.probe(seen.append):
+        model(ids)
+    assert [c.layer for c in seen] == [0, 1, 2, 3]
+    for c in seen:
+        att = model.cfg.attention(c.layer)
+        assert c.window == att.window and c.scale == pytest.approx(att.qk_head_dim**-0.5)
+        assert c.layer_type == ("full" if c.layer == 3 else "sliding") and c.key_start == 0
+        torch.testing.assert_close(c.q, cache[f"blocks.{c.layer}.attn.hook_rot_q"].transpose(1, 2))
+        torch.testing.assert_close(c.k, cache[f"blocks.{c.layer}.attn.hook_rot_k"].transpose(1, 2))
+    assert all(not a.probes for a in model.attention_layers)
+
+
+def test_probe_key_start_during_decoding():
+    model = Transformer(tiny_config())
+    kv = KVCache(model.cfg)
+    model(torch.randint(0, 40, (1, 12)), cache=kv)
+    seen: list[AttentionCall] = []
+    with model.probe(seen.append):
+        model(torch.randint(0, 40, (1, 1)), cache=kv)
+    by_layer = {c.layer: c for c in seen}
+    # position 12: the sliding layers (window 5) hold keys 8..12, the full layer keys 0..12
+    assert by_layer[0].key_start == 8 and by_layer[0].k.shape[2] == 5
+    assert by_layer[3].key_start == 0 and by_layer[3].k.shape[2] == 13
+
+
+def greedy_by_recompute(model, ids, n):
+    seq = ids
+    for _ in range(n):
+        seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return seq[:, ids.shape[1] :]
+
+
+@pytest.mark.parametrize("prompt_len", [1, 3, 17])
+def test_generate_equals_repeated_full_forward_past_the_window(prompt_len):
+    model = Transformer(tiny_config()).double()  # window 5: 20 new tokens run far past it
+    ids = torch.randint(0, 40, (3, prompt_len))
+    out = model.generate(ids, 20)
+    assert out.shape == (3, 20)
+    assert torch.equal(out, greedy_by_recompute(model, ids, 20))
+
+
+def test_generate_toy_preset_past_its_window():
+    model = Transformer(preset("toy-k64v16")).double()
+    ids = torch.randint(0, 256, (1, 100))  # window 64
+    assert torch.equal(model.generate(ids, 12), greedy_by_recompute(model, ids, 12))
+
+
+def test_generate_stops_per_row():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 6))
+    free = model.generate(ids, 10)
+    stop = int(free[0, 2])  # row 0 emits this at step 2 (maybe earlier, too)
+    first0 = int((free[0] == stop).nonzero()[0])
+    out = model.generate(ids, 10, stop_ids=[stop])
+    assert torch.equal(out[0, : first0 + 1], free[0, : first0 + 1])
+    assert bool((out[0, first0:] == stop).all())
+    hits1 = (free[1] == stop).nonzero()
+    expected_len = max(first0, int(hits1[0]) if len(hits1) else 9) + 1
+    assert out.shape[1] == expected_len
+
+
+def test_sliding_cache_keeps_only_window_minus_one_keys():
+    model = Transformer(tiny_config())
+    kv = KVCache(model.cfg)
+    model(torch.randint(0, 40, (1, 30)), cache=kv)
+    for _ in range(3):
+        model(torch.randint(0, 40, (1, 1)), cache=kv)
+    assert kv.position == 33
+    assert kv[0].k.shape[2] == 4 and kv[0].length == 4  # window 5 - 1
+    assert kv[3].length == 33
+
+
+def test_chunked_prefill_equals_one_pass():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 29))
+    kv = KVCache(model.cfg)
+    parts = [model(ids[:, a:b], cache=kv) for a, b in ((0, 11), (11, 12), (12, 29))]
+    torch.testing.assert_close(torch.cat(parts, 1), model(ids), atol=1e-10, rtol=0)
+
+
+def test_backward_matches_reference_backend():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 16))
+    grads = {}
+    for backend in ("reference", "sdpa"):
+        model.zero_grad()
+        model.set_attention_backend(backend)
+        torch.nn.functional.cross_entropy(
+            model(ids)[:, :-1].reshape(-1, 40), ids[:, 1:].reshape(-1)
+        ).backward()
+        grads[backend] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for name, g in grads["reference"].items():
+        torch.testing.assert_close(grads["sdpa"][name], g, atol=1e-10, rtol=0, msg=name)
+    assert all(g.abs().sum() > 0 for g in grads["sdpa"].values())
+
+
+def test_num_params_counts_every_weight_once():
+    model = Transformer(tiny_config())
+    swa = 32 * 4 * 8 + 32 * 2 * 8 + 32 * 2 * 8 + 4 * 8 * 32  # q, k, v (2 kv heads), o
+    full = 32 * 2 * 16 + 32 * 2 * 16 + 32 * 2 * 4 + 2 * 4 * 32
+    by_hand = 40 * 32 + 3 * swa + full + 4 * 3 * 32 * 48 + 9 * 32  # embed, attn, SwiGLU, 9 norms
+    assert model.num_params() == by_hand
+    assert Transformer(tiny_config(tie_embeddings=False)).num_params() == by_hand + 40 * 32
+
+
+@pytest.mark.parametrize("name", list_presets("toy"))
+def test_toy_presets_run_forward_and_backward(name):
+    model = Transformer(preset(name))
+    ids = torch.randint(0, 256, (1, 130))
+    loss = torch.nn.functional.cross_entropy(model(ids)[0, :-1], ids[0, 1:])
+    loss.backward()
+    assert 4.5 < loss.item() < 6.5  # near ln(264) = 5.58 at init
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())

@@ -1,0 +1,50 @@
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from trainer.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+
+
+def build_bpe(path, vocab_size=300):
+    """A small byte-level BPE tokenizer trained locally (no download)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    from tokenizers import decoders
+
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    text = ["the key for the north door is 4471 and the harbour is quiet"] * 50
+    tok.train_from_iterator(text, trainer)
+    tok.save(str(path))
+    return path
+
+
+def test_byte_round_trip_and_ids():
+    tok = ByteTokenizer()
+    text = "naïve café — 東京 \n\t"
+    ids = tok.encode(text)
+    assert ids == list(text.encode("utf-8")) and max(ids) < 256
+    assert tok.decode([*ids, tok.eos_id, tok.pad_id]) == text
+    assert tok.vocab_size == 264 and {tok.bos_id, tok.eos_id, tok.pad_id} == {256, 257, 258}
+    assert tok.decode([0xE6, 0x9D]) == "\ufffd"  # a cut multi-byte character is replaced, not an error
+
+
+def test_hf_tokenizer_from_local_file(tmp_path):
+    path = build_bpe(tmp_path / "tokenizer.json")
+    tok = load_tokenizer(path)
+    assert isinstance(tok, HFTokenizer)
+    assert tok.eos_id == Tokenizer.from_file(str(path)).token_to_id("<|endoftext|>")
+    assert tok.pad_id is not None and tok.bos_id is None
+    text = "the north door is quiet"
+    assert tok.decode(tok.encode(text)) == text
+    assert len(tok.encode(text)) < len(text)  # merges were learned
+    assert load_tokenizer(tmp_path).vocab_size == tok.vocab_size  # a folder works too
+
+
+def test_tokenizer_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_tokenizer(tmp_path / "missing.json")
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match=r"not a valid tokenizer\.json"):
+        load_tokenizer(bad)
