@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 app = typer.Typer(
     help="headprobe: how attention-head shape decides long-context retrieval.",
@@ -27,7 +26,7 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list instead of a table")] = False,
 ) -> None:
     """Parameters, attention parameters, training FLOPs/token and KV-cache bytes of each grid member."""
-    from headprobe.plan import configs_for, plan_rows, plan_table
+    from headprobe.plan import configs_for, plan_rows, plan_table, wide_console
     from trainer.config import ConfigError, ModelConfig, list_scales
 
     if seq_len < 1:
@@ -45,7 +44,7 @@ def plan(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
     else:
-        Console().print(plan_table(rows, seq_len))
+        wide_console().print(plan_table(rows, seq_len))
 
 
 @app.command()

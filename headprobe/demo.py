@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from headprobe.plan import configs_for, plan_rows, plan_table
+from headprobe.plan import configs_for, plan_rows, plan_table, wide_console
 from trainer.config import list_presets, preset
 from trainer.model import Transformer
 from trainer.tokenizer import ByteTokenizer
@@ -35,7 +35,7 @@ def _greedy_without_cache(model: Transformer, ids: torch.Tensor, n: int) -> torc
 def run_demo(
     seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: Console | None = None
 ) -> list[dict]:
-    console = console or Console()
+    console = console or wide_console()
     torch.manual_seed(seed)
     for scale in ("0.6b", "3b"):
         console.print(plan_table(plan_rows(configs_for(scale), 4096), 4096))

@@ -6,8 +6,10 @@ the first member of its grid (the narrow-head baseline, e.g. ``0.6b-d128``).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
 from trainer.budget import budget
@@ -37,6 +39,11 @@ def plan_rows(configs: list[ModelConfig], seq_len: int) -> list[dict[str, Any]]:
 def configs_for(scale: str | None) -> list[ModelConfig]:
     """Presets of one scale, or of every scale when ``scale`` is ``None``."""
     return [preset(name) for name in list_presets(scale)]
+
+
+def wide_console() -> Console:
+    """A console that does not squeeze wide tables into 80 columns when output is piped or logged."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _si(x: float, unit: str = "") -> str:

@@ -275,9 +275,11 @@ BACKENDS: dict[str, ReferenceBackend | SdpaBackend | FlexBackend | FlashBackend]
 
 def _auto_order(s: AttentionShape, mask: CausalMask) -> list[str]:
     if s.device.type == "cuda":
-        # flash where it applies; flex skips masked tiles of sliding windows; SDPA (mem-efficient
-        # kernel on CUDA, which accepts qk_dim != v_dim and head widths above 256) for the rest.
-        return ["flash", "flex", "sdpa"] if not mask.covers(s.k_len) else ["flash", "sdpa"]
+        # flash where it applies; flex skips the masked tiles of a sliding window over a whole
+        # sequence (not for decode steps or cache chunks: every new shape would recompile it); SDPA
+        # (its mem-efficient kernel accepts qk_dim != v_dim and widths above 256) for the rest.
+        windowed_sequence = not mask.covers(s.k_len) and s.q_len == s.k_len
+        return ["flash", "flex", "sdpa"] if windowed_sequence else ["flash", "sdpa"]
     return ["sdpa"]
 
 
