@@ -190,7 +190,9 @@ def _flex_block_mask(window: int | None, q_len: int, k_len: int, device: str):
 def _compiled_flex() -> Callable[..., Tensor]:
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    # dynamic=None: after a second sequence length it compiles a dynamic-shape kernel instead of
+    # recompiling per length (past dynamo's recompile limit flex would run eagerly, i.e. L^2)
+    return torch.compile(flex_attention)
 
 
 class FlexBackend:
