@@ -235,7 +235,6 @@ LARGE_VOCAB_SIZE = 65_536  # a 64K BPE vocabulary (fits uint16 token shards); ov
 class _Grid:
     """One model scale; members differ only in how the full-attention budget is split."""
 
-    scale: str
     budget: int  # n_heads * width of the full-attention layers
     full_rope_dim: int
     base: dict[str, Any]
@@ -244,21 +243,18 @@ class _Grid:
 
 _GRIDS = {
     "toy": _Grid(
-        scale="toy",
         budget=128,
         full_rope_dim=8,
         base=dict(vocab_size=BYTE_VOCAB_SIZE, d_model=128, n_layers=8, d_ff=384, max_seq_len=4096),
         swa=AttentionConfig(n_heads=4, qk_head_dim=32, v_head_dim=32, rope_dim=32, window=64),
     ),
     "0.6b": _Grid(
-        scale="0.6b",
         budget=2048,
         full_rope_dim=64,
         base=dict(vocab_size=LARGE_VOCAB_SIZE, d_model=1024, n_layers=28, d_ff=3456, max_seq_len=4096),
         swa=AttentionConfig(n_heads=16, qk_head_dim=128, v_head_dim=128, rope_dim=128, window=512),
     ),
     "3b": _Grid(
-        scale="3b",
         budget=2048,
         full_rope_dim=64,
         base=dict(vocab_size=LARGE_VOCAB_SIZE, d_model=2048, n_layers=36, d_ff=10240, max_seq_len=4096),
@@ -267,13 +263,18 @@ _GRIDS = {
 }
 
 # member suffix -> (qk width, v width); symmetric members are "d<width>"
+_STUDY_MEMBERS = {
+    "d128": (128, 128),
+    "d256": (256, 256),
+    "d512": (512, 512),
+    "k512v128": (512, 128),
+    "k128v512": (128, 512),
+}
 _MEMBERS = {
     "toy": {"d16": (16, 16), "d32": (32, 32), "d64": (64, 64), "k64v16": (64, 16), "k16v64": (16, 64)},
-    "0.6b": {"d128": (128, 128), "d256": (256, 256), "d512": (512, 512), "k512v128": (512, 128),
-             "k128v512": (128, 512)},
-    "3b": {"d128": (128, 128), "d256": (256, 256), "d512": (512, 512), "k512v128": (512, 128),
-           "k128v512": (128, 512)},
-}  # fmt: skip
+    "0.6b": _STUDY_MEMBERS,
+    "3b": _STUDY_MEMBERS,
+}
 
 
 def _build_preset(scale: str, member: str) -> ModelConfig:
