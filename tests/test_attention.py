@@ -156,6 +156,16 @@ def test_sdpa_never_builds_quadratic_masks(monkeypatch):
     assert len(calls) == 1 and calls[0][3] is None  # one fused causal call, no mask tensor
 
 
+def test_sdpa_refuses_its_quadratic_math_fallback(monkeypatch):
+    """When no fused kernel accepts the inputs, SDPA would quietly build L x L; we raise instead."""
+    from torch.nn.attention import SDPBackend
+
+    monkeypatch.setattr(attn_mod, "_FUSED_SDPA_CPU", [SDPBackend.EFFICIENT_ATTENTION])  # CUDA-only kernel
+    q, k, v, window = make("window")
+    with pytest.raises(AttentionBackendError, match=r"math fallback would build the full L x L.*flex"):
+        attention(q, k, v, window=window, backend="sdpa")
+
+
 def test_auto_on_cpu_is_sdpa_never_reference():
     q = torch.randn(1, 2, 8192, 32)
     k = torch.randn(1, 2, 8192, 32)

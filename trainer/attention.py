@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from trainer.masks import CausalMask
 
@@ -113,6 +114,10 @@ class ReferenceBackend:
 # ---------------------------------------------------------------------------------------------
 # sdpa
 # ---------------------------------------------------------------------------------------------
+_FUSED_SDPA_CPU = [SDPBackend.FLASH_ATTENTION]
+_FUSED_SDPA_CUDA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+
+
 class SdpaBackend:
     """PyTorch ``scaled_dot_product_attention`` without any ``L x L`` tensor.
 
@@ -120,6 +125,9 @@ class SdpaBackend:
     * ``q_len == 1``: one call without a mask;
     * otherwise (sliding windows, or a query block after a cache): query blocks of ``block_q`` rows,
       each against only the keys some row of the block can see, with a ``block_q x band`` mask.
+
+    Only SDPA's fused kernels are allowed; inputs that none accepts raise instead of silently taking
+    the math kernel, which materialises ``L x L``.
     """
 
     name = "sdpa"
@@ -144,6 +152,21 @@ class SdpaBackend:
         return self._banded(q, k, v, mask, scale)
 
     def _banded(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        # fused kernels only: SDPA's math kernel builds the L x L matrix, so refuse rather than use it
+        fused = _FUSED_SDPA_CPU if q.device.type == "cpu" else _FUSED_SDPA_CUDA
+        try:
+            with sdpa_kernel(fused):
+                return self._banded_fused(q, k, v, mask, scale)
+        except RuntimeError as err:
+            if "No available kernel" not in str(err):
+                raise
+            raise AttentionBackendError(
+                f"no fused SDPA kernel accepts q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
+                f"{q.dtype} on {q.device}, and SDPA's math fallback would build the full L x L matrix; "
+                "use backend='flex' (or 'reference' for short inputs)"
+            ) from None
+
+    def _banded_fused(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
         q_len, k_len = q.shape[2], k.shape[2]
         if q_len == 1 and mask.covers(k_len):
             return F.scaled_dot_product_attention(q, k, v, scale=scale)
