@@ -158,7 +158,7 @@ class SdpaBackend:
             with sdpa_kernel(fused):
                 return self._banded_fused(q, k, v, mask, scale)
         except RuntimeError as err:
-            if "No available kernel" not in str(err):
+            if "No available kernel" not in str(err) and "No viable backend" not in str(err):
                 raise
             raise AttentionBackendError(
                 f"no fused SDPA kernel accepts q{tuple(q.shape)} k{tuple(k.shape)} v{tuple(v.shape)} "
