@@ -28,10 +28,7 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PHYS_PAGES") * _PAGE / 2**30
     threads = torch.get_num_threads()
-    return (
-        f"{cpu}, {os.cpu_count()} cores ({threads} torch threads), {mem:.0f} GiB RAM, "
-        f"torch {torch.__version__}"
-    )
+    return f"{cpu}, {os.cpu_count()} cores ({threads} torch threads), {mem:.0f} GiB RAM, torch {torch.__version__}"
 
 
 def rss() -> int:

@@ -65,8 +65,12 @@ def child(args: list[str], timeout: float) -> dict:
     try:
         out = subprocess.run(
             [sys.executable, __file__, "--child", json.dumps(args)],
-            capture_output=True, text=True, env=env, timeout=timeout, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f}s"}
     if out.returncode != 0:
@@ -80,9 +84,7 @@ def fmt_mem(b: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child")
     parser.add_argument("--lengths", default="4096,16384")
     parser.add_argument("--timeout", type=float, default=900)
@@ -116,8 +118,7 @@ def main() -> None:
         "sampled every 0.5 ms with large allocations mmapped. Ratios are reference / backend",
         "(time: how many times faster; memory: how many times less).",
         "",
-        "| case | L | pass | backend | time | peak extra memory | speed-up vs reference "
-        "| memory saving vs reference |",
+        "| case | L | pass | backend | time | peak extra memory | speed-up vs reference | memory saving vs reference |",
         "|---|---:|---|---|---:|---:|---:|---:|",
     ]
     for case, length, mode, results in rows:

@@ -32,9 +32,7 @@ def _greedy_without_cache(model: Transformer, ids: torch.Tensor, n: int) -> torc
     return seq[:, ids.shape[1] :]
 
 
-def run_demo(
-    seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: Console | None = None
-) -> list[dict]:
+def run_demo(seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: Console | None = None) -> list[dict]:
     console = console or wide_console()
     torch.manual_seed(seed)
     for scale in ("0.6b", "3b"):
@@ -58,23 +56,40 @@ def run_demo(
             gen_s = time.perf_counter() - t0
             same = torch.equal(gen, _greedy_without_cache(model, prompt, gen.shape[1]))
         cfg = model.cfg
-        results.append(dict(
-            preset=name, params=model.num_params(),
-            full=f"{cfg.full.n_heads} x {cfg.full.qk_head_dim}/{cfg.full.v_head_dim}",
-            loss=loss, fwd_tokens_per_s=seq_len / fwd_s, decode_tokens_per_s=gen.shape[1] / gen_s,
-            cache_matches=same, sample=tok.decode(gen[0].tolist()),
-        ))  # fmt: skip
+        results.append(
+            dict(
+                preset=name,
+                params=model.num_params(),
+                full=f"{cfg.full.n_heads} x {cfg.full.qk_head_dim}/{cfg.full.v_head_dim}",
+                loss=loss,
+                fwd_tokens_per_s=seq_len / fwd_s,
+                decode_tokens_per_s=gen.shape[1] / gen_s,
+                cache_matches=same,
+                sample=tok.decode(gen[0].tolist()),
+            )
+        )
 
-    table = Table(
-        title=f"Toy presets (random init): forward on {seq_len} bytes, greedy decode of {new_tokens}"
-    )
-    for col in ("preset", "params", "full heads x qk/v", "loss (ln 264 = 5.58)", "fwd tok/s",
-                "decode tok/s", "cached decode = full recompute"):  # fmt: skip
+    table = Table(title=f"Toy presets (random init): forward on {seq_len} bytes, greedy decode of {new_tokens}")
+    for col in (
+        "preset",
+        "params",
+        "full heads x qk/v",
+        "loss (ln 264 = 5.58)",
+        "fwd tok/s",
+        "decode tok/s",
+        "cached decode = full recompute",
+    ):
         table.add_column(col)
     for r in results:
-        table.add_row(r["preset"], f"{r['params']:,}", r["full"], f"{r['loss']:.3f}",
-                      f"{r['fwd_tokens_per_s']:,.0f}", f"{r['decode_tokens_per_s']:,.0f}",
-                      "yes" if r["cache_matches"] else "NO")  # fmt: skip
+        table.add_row(
+            r["preset"],
+            f"{r['params']:,}",
+            r["full"],
+            f"{r['loss']:.3f}",
+            f"{r['fwd_tokens_per_s']:,.0f}",
+            f"{r['decode_tokens_per_s']:,.0f}",
+            "yes" if r["cache_matches"] else "NO",
+        )
     console.print(table)
     if not all(r["cache_matches"] for r in results):
         raise SystemExit("KV-cache decoding disagreed with full recomputation")

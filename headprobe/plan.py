@@ -63,11 +63,18 @@ def _bytes(x: float) -> str:
 def plan_table(rows: list[dict[str, Any]], seq_len: int) -> Table:
     table = Table(title=f"Attention-budget plan at sequence length {seq_len:,} (KV cache in bf16)")
     for col, justify in [
-        ("preset", "left"), ("full heads x qk/v", "left"), ("qk / v budget", "right"), ("params", "right"),
-        ("vs base", "right"), ("attn params swa / full", "right"), ("train FLOP/token", "right"),
-        ("attn share", "right"), ("KV bytes/token", "right"), ("KV per new token", "right"),
+        ("preset", "left"),
+        ("full heads x qk/v", "left"),
+        ("qk / v budget", "right"),
+        ("params", "right"),
+        ("vs base", "right"),
+        ("attn params swa / full", "right"),
+        ("train FLOP/token", "right"),
+        ("attn share", "right"),
+        ("KV bytes/token", "right"),
+        ("KV per new token", "right"),
         ("KV cache @L", "right"),
-    ]:  # fmt: skip
+    ]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         table.add_row(

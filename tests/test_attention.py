@@ -221,11 +221,15 @@ def test_bad_shapes_are_named():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    groups=st.integers(1, 3), kv_heads=st.integers(1, 2), k_len=st.integers(1, 70),
+    groups=st.integers(1, 3),
+    kv_heads=st.integers(1, 2),
+    k_len=st.integers(1, 70),
     q_frac=st.floats(0.01, 1.0),
-    qk=st.sampled_from([4, 8, 12, 32]), v=st.sampled_from([4, 8, 20, 32]),
-    window=st.one_of(st.none(), st.integers(1, 80)), block=st.sampled_from([3, 16, 256]),
-)  # fmt: skip
+    qk=st.sampled_from([4, 8, 12, 32]),
+    v=st.sampled_from([4, 8, 20, 32]),
+    window=st.one_of(st.none(), st.integers(1, 80)),
+    block=st.sampled_from([3, 16, 256]),
+)
 def test_sdpa_property(groups, kv_heads, k_len, q_frac, qk, v, window, block):
     q_len = max(1, round(q_frac * k_len))
     h = groups * kv_heads

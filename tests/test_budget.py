@@ -37,8 +37,7 @@ def test_matmul_flops_match_torch_flop_counter():
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(torch.randint(0, 40, (1, seq_len)))
     dense_attn = sum(
-        2 * a.n_heads * (a.qk_head_dim + a.v_head_dim) * seq_len**2
-        for a in map(cfg.attention, range(cfg.n_layers))
+        2 * a.n_heads * (a.qk_head_dim + a.v_head_dim) * seq_len**2 for a in map(cfg.attention, range(cfg.n_layers))
     )
     b = budget(cfg, seq_len)
     linear_per_token = (b.flops_per_token - b.attn_flops_per_token) / 3

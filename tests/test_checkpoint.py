@@ -96,9 +96,7 @@ def test_weights_of_another_shape(tmp_path, monkeypatch):
     (tmp_path / "ck" / "config.json").write_text(preset("toy-k64v16").to_json())
     # without the layout record (files written by other tools) the shape check names the tensor
     monkeypatch.setattr(ckpt_mod, "_layout", lambda cfg: {})
-    with pytest.raises(
-        CheckpointError, match=r"blocks\.3\.attn\.v_proj\.weight: file \(128, 128\).*different"
-    ):
+    with pytest.raises(CheckpointError, match=r"blocks\.3\.attn\.v_proj\.weight: file \(128, 128\).*different"):
         load_checkpoint(tmp_path / "ck")
 
 

@@ -94,8 +94,15 @@ def test_json_round_trip(tmp_path):
     (tmp_path / "config.json").write_text(cfg.to_json())
     assert ModelConfig.load(tmp_path) == cfg
     data = json.loads(cfg.to_json())
-    assert data["full"] == {"n_heads": 4, "qk_head_dim": 512, "v_head_dim": 128, "n_kv_heads": None,
-                            "rope_dim": 64, "rope_theta": 10000.0, "window": None}  # fmt: skip
+    assert data["full"] == {
+        "n_heads": 4,
+        "qk_head_dim": 512,
+        "v_head_dim": 128,
+        "n_kv_heads": None,
+        "rope_dim": 64,
+        "rope_theta": 10000.0,
+        "window": None,
+    }
 
 
 def test_json_errors(tmp_path):

@@ -52,11 +52,7 @@ def dense_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
         x = x + z @ w[p + "attn.o_proj.weight"].T
         h = rms(x, w[p + "ln2.weight"])
         gate = h @ w[p + "mlp.gate_proj.weight"].T
-        x = (
-            x
-            + ((gate * torch.sigmoid(gate)) * (h @ w[p + "mlp.up_proj.weight"].T))
-            @ w[p + "mlp.down_proj.weight"].T
-        )
+        x = x + ((gate * torch.sigmoid(gate)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
     x = rms(x, w["ln_final.weight"])
     head = w["embed.weight"] if cfg.tie_embeddings else w["lm_head.weight"]
     return x @ head.T
@@ -131,9 +127,7 @@ def test_run_with_cache_hooks_are_consistent():
     z = cache["blocks.3.attn.hook_z"].reshape(1, 12, -1)
     torch.testing.assert_close(z @ model.blocks[3].attn.o_proj.weight.T, cache["blocks.3.hook_attn_out"])
     rope = full.rope_dim
-    want = complex_rope(
-        cache["blocks.3.attn.hook_q"], torch.arange(12.0, dtype=torch.float64), rope, full.rope_theta
-    )
+    want = complex_rope(cache["blocks.3.attn.hook_q"], torch.arange(12.0, dtype=torch.float64), rope, full.rope_theta)
     torch.testing.assert_close(cache["blocks.3.attn.hook_rot_q"], want, atol=1e-12, rtol=0)
     torch.testing.assert_close(model.lm_head(cache["ln_final.hook_normalized"]), logits)
 
@@ -260,9 +254,7 @@ def test_backward_matches_reference_backend():
     for backend in ("reference", "sdpa"):
         model.zero_grad()
         model.set_attention_backend(backend)
-        torch.nn.functional.cross_entropy(
-            model(ids)[:, :-1].reshape(-1, 40), ids[:, 1:].reshape(-1)
-        ).backward()
+        torch.nn.functional.cross_entropy(model(ids)[:, :-1].reshape(-1, 40), ids[:, 1:].reshape(-1)).backward()
         grads[backend] = {n: p.grad.clone() for n, p in model.named_parameters()}
     for name, g in grads["reference"].items():
         torch.testing.assert_close(grads["sdpa"][name], g, atol=1e-10, rtol=0, msg=name)

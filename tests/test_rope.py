@@ -21,9 +21,7 @@ def complex_rope(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, theta:
 def test_matches_complex_formulation(rope_dim, dim):
     x = torch.randn(2, 11, 3, dim, dtype=torch.float64)
     got = Rotary(rope_dim, 10_000.0)(x, offset=5)
-    want = (
-        x if rope_dim == 0 else complex_rope(x, torch.arange(5, 16, dtype=torch.float64), rope_dim, 10_000.0)
-    )
+    want = x if rope_dim == 0 else complex_rope(x, torch.arange(5, 16, dtype=torch.float64), rope_dim, 10_000.0)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
     if rope_dim < dim:
         assert torch.equal(got[..., rope_dim:], x[..., rope_dim:])  # partial RoPE leaves the rest alone

@@ -11,8 +11,11 @@ def build_bpe(path, vocab_size=300):
     from tokenizers import decoders
 
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>", "<pad>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     text = ["the key for the north door is 4471 and the harbour is quiet"] * 50
     tok.train_from_iterator(text, trainer)
     tok.save(str(path))

@@ -261,10 +261,7 @@ class FlashBackend:
     def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
         # shape limits first: they hold whatever machine the call runs on
         if s.qk_dim != s.v_dim:
-            return (
-                f"flash-attn needs qk_dim == v_dim, got {s.qk_dim} and {s.v_dim}; "
-                "use backend='flex' or 'sdpa'"
-            )
+            return f"flash-attn needs qk_dim == v_dim, got {s.qk_dim} and {s.v_dim}; use backend='flex' or 'sdpa'"
         if s.qk_dim > self.max_dim or s.qk_dim % 8:
             return (
                 f"flash-attn supports head widths <= {self.max_dim} that are multiples of 8, got "
@@ -284,9 +281,13 @@ class FlashBackend:
         from flash_attn import flash_attn_func
 
         out = flash_attn_func(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            softmax_scale=scale, causal=True, window_size=mask.flash_window_size(),
-        )  # fmt: skip
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            softmax_scale=scale,
+            causal=True,
+            window_size=mask.flash_window_size(),
+        )
         return out.transpose(1, 2)
 
 
@@ -308,9 +309,7 @@ def _auto_order(s: AttentionShape, mask: CausalMask) -> list[str]:
     return ["sdpa"]
 
 
-def select_backend(
-    q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, backend: str = "auto"
-) -> str:
+def select_backend(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, backend: str = "auto") -> str:
     """The name of the backend ``attention`` would run for these inputs (raises if it cannot)."""
     s = AttentionShape.of(q, k, v)
     mask = CausalMask(window)

@@ -57,9 +57,7 @@ def _weights(model: Transformer) -> dict[str, Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in state.items()}
 
 
-def save_checkpoint(
-    model: Transformer, path: str | Path, tokenizer: ByteTokenizer | HFTokenizer | None = None
-) -> Path:
+def save_checkpoint(model: Transformer, path: str | Path, tokenizer: ByteTokenizer | HFTokenizer | None = None) -> Path:
     """Write ``model`` (and ``tokenizer``) to the folder ``path`` atomically; returns ``path``."""
     path = Path(path)
     if (
@@ -111,8 +109,7 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(
-            f"checkpoint folder {path} does not exist (expected a folder with "
-            f"{CONFIG_FILE} and {WEIGHTS_FILE})"
+            f"checkpoint folder {path} does not exist (expected a folder with {CONFIG_FILE} and {WEIGHTS_FILE})"
         )
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (path / name).is_file():
@@ -124,9 +121,7 @@ def load_checkpoint(
 
     weights_file = path / WEIGHTS_FILE
     tensors, metadata = _read_weights(weights_file)
-    damaged = [
-        k for k, t in tensors.items() if f"crc32:{k}" in metadata and metadata[f"crc32:{k}"] != _crc32(t)
-    ]
+    damaged = [k for k, t in tensors.items() if f"crc32:{k}" in metadata and metadata[f"crc32:{k}"] != _crc32(t)]
     if damaged:
         raise CheckpointError(
             f"{weights_file}: tensors {damaged[:5]} fail their CRC-32 check; the file is corrupted. "
@@ -135,11 +130,7 @@ def load_checkpoint(
 
     if "layout" in metadata:
         saved = json.loads(metadata["layout"])
-        diff = [
-            f"{k}: weights {saved.get(k)!r} vs config {v!r}"
-            for k, v in _layout(cfg).items()
-            if saved.get(k) != v
-        ]
+        diff = [f"{k}: weights {saved.get(k)!r} vs config {v!r}" for k, v in _layout(cfg).items() if saved.get(k) != v]
         if diff:
             raise CheckpointError(
                 f"{path / CONFIG_FILE} does not describe the weights in {weights_file}: "
@@ -179,7 +170,6 @@ def load_checkpoint(
     tokenizer = load_tokenizer(tok_file) if tok_file.is_file() else ByteTokenizer()
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(
-            f"{tok_file}: tokenizer has {tokenizer.vocab_size} ids, more than the model's "
-            f"vocab_size={cfg.vocab_size}"
+            f"{tok_file}: tokenizer has {tokenizer.vocab_size} ids, more than the model's vocab_size={cfg.vocab_size}"
         )
     return model, tokenizer

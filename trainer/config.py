@@ -70,9 +70,7 @@ class AttentionConfig:
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{where}.{name} must be a positive integer, got {value!r}")
         if self.n_kv_heads is not None and (not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1):
-            raise ConfigError(
-                f"{where}.n_kv_heads must be a positive integer or null, got {self.n_kv_heads!r}"
-            )
+            raise ConfigError(f"{where}.n_kv_heads must be a positive integer or null, got {self.n_kv_heads!r}")
         if self.n_heads % self.kv_heads:
             raise ConfigError(
                 f"{where}.n_heads={self.n_heads} is not a multiple of n_kv_heads={self.kv_heads}: "
@@ -190,9 +188,7 @@ class ModelConfig:
             if isinstance(sub, dict):
                 bad = sorted(set(sub) - att_fields)
                 if bad:
-                    raise ConfigError(
-                        f"unknown fields {bad} in '{key}'; known fields are {sorted(att_fields)}"
-                    )
+                    raise ConfigError(f"unknown fields {bad} in '{key}'; known fields are {sorted(att_fields)}")
                 data[key] = AttentionConfig(**sub)
         try:
             return cls(**data)
