@@ -58,5 +58,20 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _corpus_cache(tmp_path_factory):
+    """One cache folder for the built-in corpus across the session (it is generated on first use)."""
+    import os
+
+    folder = tmp_path_factory.mktemp("headprobe-cache")
+    old = os.environ.get("HEADPROBE_CACHE")
+    os.environ["HEADPROBE_CACHE"] = str(folder)
+    yield folder
+    if old is None:
+        os.environ.pop("HEADPROBE_CACHE", None)
+    else:
+        os.environ["HEADPROBE_CACHE"] = old
+
+
 def default_scale(dim: int) -> float:
     return 1 / math.sqrt(dim)

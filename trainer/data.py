@@ -1,0 +1,415 @@
+"""Token shards, their manifest, and deterministic sampling of packed training sequences.
+
+A data folder holds ``shard_00000.bin``, ``shard_00001.bin``, ... (raw little-endian ``uint16`` or
+``uint32`` token ids, memory-mapped when read) and ``manifest.json`` (token counts, dtype, tokenizer,
+end-of-document id, SHA-256 of every shard and of every source file). Documents are concatenated,
+each followed by the end-of-document token, and the stream is cut into packed sequences: sequence
+``i`` is tokens ``i*L .. i*L+L`` (``L+1`` tokens: inputs and their shifted targets).
+
+Sampling is a pure function of ``(seed, step)``: step ``s`` takes global positions
+``s*B .. s*B+B-1`` of an endless list that visits every sequence once per epoch in an order fixed
+by ``(seed, epoch)``. Every process reads its own slice of that global batch, so the batch of a step
+does not depend on the number of processes, and a resumed run reads exactly what an uninterrupted
+one would have.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.atomic import atomic_directory
+from trainer.tokenizer import ByteTokenizer, HFTokenizer
+
+MANIFEST = "manifest.json"
+FORMAT = "headprobe-tokens-1"
+SHARD_TOKENS = 1 << 24  # 16M tokens per shard
+DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+
+
+class DataError(ValueError):
+    """Training data is missing, malformed or inconsistent; the message names the file and the fix."""
+
+
+@dataclass
+class ShardInfo:
+    file: str
+    tokens: int
+    sha256: str
+
+
+@dataclass
+class SourceInfo:
+    path: str
+    sha256: str
+    documents: int
+    tokens: int
+
+
+@dataclass
+class Manifest:
+    """Describes one data folder (``manifest.json``)."""
+
+    tokenizer: str
+    vocab_size: int
+    dtype: str
+    eod_id: int
+    total_tokens: int = 0
+    documents: int = 0
+    shards: list[ShardInfo] = field(default_factory=list)
+    sources: list[SourceInfo] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    format: str = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+    @classmethod
+    def load(cls, folder: Path) -> Manifest:
+        path = folder / MANIFEST
+        if not path.is_file():
+            raise DataError(
+                f"{path} is missing: {folder} is not a prepared data folder "
+                "(create one with `headprobe data prepare` or `headprobe data synth`)"
+            )
+        try:
+            raw = json.loads(path.read_text())
+            raw["shards"] = [ShardInfo(**s) for s in raw["shards"]]
+            raw["sources"] = [SourceInfo(**s) for s in raw["sources"]]
+            manifest = cls(**raw)
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise DataError(f"{path} is not a valid manifest: {err}") from None
+        if manifest.format != FORMAT:
+            raise DataError(f"{path}: unknown format {manifest.format!r} (expected {FORMAT!r})")
+        return manifest
+
+
+def shard_dtype(vocab_size: int, requested: str = "auto") -> str:
+    """``uint16`` when every id fits, else ``uint32``; a requested dtype that cannot hold the vocabulary
+    raises."""
+    if requested == "auto":
+        return "uint16" if vocab_size <= 1 << 16 else "uint32"
+    if requested not in DTYPES:
+        raise DataError(f"unknown shard dtype {requested!r}; choose auto, uint16 or uint32")
+    limit = np.iinfo(DTYPES[requested]).max + 1
+    if vocab_size > limit:
+        raise DataError(
+            f"the tokenizer has {vocab_size:,} ids but {requested} holds only {limit:,}; use --dtype uint32 (or auto)"
+        )
+    return requested
+
+
+def _sha256(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class ShardWriter:
+    """Collects token ids and writes fixed-size shards into a folder, then the manifest."""
+
+    def __init__(self, folder: Path, manifest: Manifest, shard_tokens: int = SHARD_TOKENS) -> None:
+        self.folder, self.manifest, self.shard_tokens = folder, manifest, shard_tokens
+        self.np_dtype = DTYPES[manifest.dtype]
+        self._pending: list[np.ndarray] = []
+        self._pending_tokens = 0
+
+    def add_document(self, ids: list[int]) -> int:
+        """Append one document and its end-of-document token; returns tokens written."""
+        if ids and max(ids) >= self.manifest.vocab_size:
+            raise DataError(f"token id {max(ids)} is outside the vocabulary of {self.manifest.vocab_size}")
+        arr = np.asarray([*ids, self.manifest.eod_id], dtype=self.np_dtype)
+        self._pending.append(arr)
+        self._pending_tokens += len(arr)
+        self.manifest.total_tokens += len(arr)
+        self.manifest.documents += 1
+        while self._pending_tokens >= self.shard_tokens:
+            self._flush(self.shard_tokens)
+        return len(arr)
+
+    def _flush(self, n: int) -> None:
+        stream = np.concatenate(self._pending)
+        chunk, rest = stream[:n], stream[n:]
+        self._pending = [rest] if len(rest) else []
+        self._pending_tokens = len(rest)
+        name = f"shard_{len(self.manifest.shards):05d}.bin"
+        data = chunk.astype(chunk.dtype.newbyteorder("<"), copy=False).tobytes()
+        (self.folder / name).write_bytes(data)
+        self.manifest.shards.append(ShardInfo(file=name, tokens=len(chunk), sha256=_sha256(data)))
+
+    def close(self) -> Manifest:
+        if self._pending_tokens:
+            self._flush(self._pending_tokens)
+        if self.manifest.total_tokens == 0:
+            raise DataError("no tokens were written: every source was empty")
+        (self.folder / MANIFEST).write_text(self.manifest.to_json())
+        return self.manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading sources
+# ---------------------------------------------------------------------------------------------
+def _decode(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"{path}: not valid UTF-8 at byte {err.start}; convert it first "
+            f"(e.g. `iconv -f latin1 -t utf-8 {path.name}`)"
+        ) from None
+
+
+def read_documents(path: Path) -> Iterator[str]:
+    """Documents of one source file: a whole text file, or the ``text`` field of each JSONL line or
+    Parquet row."""
+    if not path.is_file():
+        raise DataError(f"source {path} does not exist")
+    if path.stat().st_size == 0:
+        raise DataError(f"source {path} is empty")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pandas as pd
+
+        try:
+            frame = pd.read_parquet(path, columns=["text"])
+        except (KeyError, ValueError) as err:
+            raise DataError(f"{path}: cannot read a 'text' column ({err})") from None
+        yield from (str(t) for t in frame["text"] if isinstance(t, str) and t)
+        return
+    text = _decode(path, path.read_bytes())
+    if suffix in (".jsonl", ".ndjson"):
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise DataError(f"{path}:{lineno}: expected an object with a string 'text' field")
+            if record["text"]:
+                yield record["text"]
+        return
+    if not text.strip():
+        raise DataError(f"source {path} holds only whitespace")
+    yield text
+
+
+def _new_manifest(tokenizer: ByteTokenizer | HFTokenizer, dtype: str, extra: dict[str, Any]) -> Manifest:
+    if tokenizer.eos_id is None:
+        raise DataError(
+            f"tokenizer {tokenizer.name} has no end-of-document token (looked for "
+            "<|endoftext|>, </s>, <eos>, ...); add one to tokenizer.json"
+        )
+    name = "byte" if isinstance(tokenizer, ByteTokenizer) else str(tokenizer.name)
+    if isinstance(tokenizer, HFTokenizer):
+        extra = {**extra, "tokenizer_sha256": _sha256(Path(tokenizer.path).read_bytes())}
+    return Manifest(
+        tokenizer=name,
+        vocab_size=tokenizer.vocab_size,
+        dtype=shard_dtype(tokenizer.vocab_size, dtype),
+        eod_id=tokenizer.eos_id,
+        extra=extra,
+    )
+
+
+def prepare(
+    sources: Iterable[str | Path],
+    tokenizer: ByteTokenizer | HFTokenizer,
+    out: str | Path,
+    dtype: str = "auto",
+    shard_tokens: int = SHARD_TOKENS,
+    progress: bool = False,
+) -> Manifest:
+    """Tokenise ``sources`` (text, JSONL or Parquet files) into a new data folder ``out`` (atomically)."""
+    paths = [Path(s) for s in sources]
+    if not paths:
+        raise DataError("no source files given")
+    manifest = _new_manifest(tokenizer, dtype, {"kind": "prepared"})
+    with atomic_directory(out) as tmp:
+        writer = ShardWriter(tmp, manifest, shard_tokens)
+        for path in _progress(paths, progress, "tokenising"):
+            raw = path.read_bytes() if path.is_file() else b""
+            docs, tokens = 0, 0
+            for text in read_documents(path):
+                tokens += writer.add_document(tokenizer.encode(text))
+                docs += 1
+            manifest.sources.append(SourceInfo(str(path), _sha256(raw), docs, tokens))
+        writer.close()
+    return manifest
+
+
+def synth(
+    tokens: int,
+    out: str | Path,
+    tokenizer: ByteTokenizer | HFTokenizer | None = None,
+    seed: int = 0,
+    dtype: str = "auto",
+    shard_tokens: int = SHARD_TOKENS,
+    progress: bool = False,
+) -> Manifest:
+    """Write at least ``tokens`` tokens of the built-in corpus (:mod:`trainer.corpus`) to ``out``."""
+    from trainer.corpus import MIXTURE, documents
+
+    if tokens < 1:
+        raise DataError("--tokens must be positive")
+    tokenizer = tokenizer or ByteTokenizer()
+    manifest = _new_manifest(tokenizer, dtype, {"kind": "synthetic", "seed": seed, "mixture": MIXTURE})
+    kinds: dict[str, int] = {}
+    with atomic_directory(out) as tmp:
+        writer = ShardWriter(tmp, manifest, shard_tokens)
+        bar = _progress(None, progress, "generating", total=tokens)
+        for kind, text in documents(seed):
+            n = writer.add_document(tokenizer.encode(text))
+            kinds[kind] = kinds.get(kind, 0) + 1
+            bar.update(n)
+            if manifest.total_tokens >= tokens:
+                break
+        bar.close()
+        manifest.extra["documents_by_kind"] = kinds
+        manifest.sources.append(SourceInfo("builtin:trainer.corpus", "", manifest.documents, manifest.total_tokens))
+        writer.close()
+    return manifest
+
+
+def _progress(items, enabled: bool, desc: str, total: int | None = None):
+    from tqdm.auto import tqdm
+
+    return tqdm(items, total=total, desc=desc, disable=not enabled, unit="tok" if total else "file")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading shards
+# ---------------------------------------------------------------------------------------------
+class TokenData:
+    """The token stream of a data folder, memory-mapped shard by shard."""
+
+    def __init__(self, folder: str | Path, verify: bool = False) -> None:
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise DataError(f"data folder {self.folder} does not exist")
+        self.manifest = Manifest.load(self.folder)
+        itemsize = np.dtype(DTYPES[self.manifest.dtype]).itemsize
+        self._maps: list[np.ndarray] = []
+        for shard in self.manifest.shards:
+            path = self.folder / shard.file
+            if not path.is_file():
+                raise DataError(f"{path} is listed in {MANIFEST} but missing")
+            size = path.stat().st_size
+            if size != shard.tokens * itemsize:
+                raise DataError(
+                    f"{path} has {size:,} bytes but {MANIFEST} says {shard.tokens:,} "
+                    f"{self.manifest.dtype} tokens ({shard.tokens * itemsize:,} bytes): the shard "
+                    "does not match its manifest; prepare the data again"
+                )
+            mapped = np.memmap(path, dtype=np.dtype(DTYPES[self.manifest.dtype]).newbyteorder("<"), mode="r")
+            if verify and _sha256(memoryview(mapped)) != shard.sha256:
+                raise DataError(f"{path}: SHA-256 differs from {MANIFEST}; the shard is corrupted")
+            self._maps.append(mapped)
+        self._starts = np.cumsum([0] + [s.tokens for s in self.manifest.shards])
+        if self._starts[-1] != self.manifest.total_tokens:
+            raise DataError(f"{self.folder / MANIFEST}: shard token counts do not add up to total_tokens")
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``start .. stop-1`` of the stream as ``int64``."""
+        out = np.empty(stop - start, dtype=np.int64)
+        pos = start
+        shard = int(np.searchsorted(self._starts, start, side="right") - 1)
+        while pos < stop:
+            lo = pos - self._starts[shard]
+            take = min(stop - pos, self.manifest.shards[shard].tokens - lo)
+            out[pos - start : pos - start + take] = self._maps[shard][lo : lo + take]
+            pos += take
+            shard += 1
+        return out
+
+
+class PackedSequences:
+    """Fixed-length training sequences cut from a token stream (``seq_len + 1`` tokens each)."""
+
+    def __init__(self, data: TokenData, seq_len: int) -> None:
+        self.data, self.seq_len = data, seq_len
+        self.count = (len(data) - 1) // seq_len
+        if self.count < 1:
+            raise DataError(
+                f"{data.folder} holds {len(data):,} tokens, fewer than one sequence of "
+                f"{seq_len + 1:,}; use more data or a shorter --seq-len"
+            )
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.data.tokens(i * self.seq_len, i * self.seq_len + self.seq_len + 1)
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """Global batch ``step`` -> item indices, a pure function of ``(seed, step)``.
+
+    Attributes:
+        num_items: items per epoch (sequences or examples).
+        global_batch: items per optimizer step, over all processes.
+        seed: data-order seed.
+    """
+
+    num_items: int
+    global_batch: int
+    seed: int
+
+    @functools.lru_cache(maxsize=2)  # noqa: B019 (frozen value object; a batch spans <= 2 epochs)
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
+
+    def batch(self, step: int) -> np.ndarray:
+        positions = np.arange(step * self.global_batch, (step + 1) * self.global_batch)
+        epochs = positions // self.num_items
+        out = np.empty(self.global_batch, dtype=np.int64)
+        for epoch in np.unique(epochs):
+            sel = epochs == epoch
+            out[sel] = self._order(int(epoch))[positions[sel] % self.num_items]
+        return out
+
+    def shard(self, step: int, rank: int, world: int) -> np.ndarray:
+        """This process's part of the global batch of ``step``."""
+        if self.global_batch % world:
+            raise DataError(f"global batch {self.global_batch} is not divisible by {world} processes")
+        per = self.global_batch // world
+        return self.batch(step)[rank * per : (rank + 1) * per]
+
+
+@dataclass
+class Batch:
+    """One micro-batch: ``inputs``, ``targets`` and ``loss_mask`` are ``[batch, seq]`` (``int64``,
+    ``int64``, ``bool``); the loss counts targets where ``loss_mask`` is true."""
+
+    inputs: np.ndarray
+    targets: np.ndarray
+    loss_mask: np.ndarray
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def collate(items: list[tuple[np.ndarray, np.ndarray | None]], pad_id: int) -> Batch:
+    """Stack ``(tokens, token_mask)`` items (mask ``None`` = every token is a target) into a
+    :class:`Batch`, right-padding to the longest item."""
+    width = max(len(t) for t, _ in items) - 1
+    inputs = np.full((len(items), width), pad_id, dtype=np.int64)
+    targets = np.full((len(items), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(items), width), dtype=bool)
+    for row, (tokens, token_mask) in enumerate(items):
+        n = len(tokens) - 1
+        inputs[row, :n] = tokens[:-1]
+        targets[row, :n] = tokens[1:]
+        mask[row, :n] = True if token_mask is None else token_mask[1:]
+    return Batch(inputs, targets, mask)
