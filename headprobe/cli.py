@@ -8,11 +8,15 @@ from typing import Annotated
 
 import typer
 
+from trainer.cli import data_app, train_app
+
 app = typer.Typer(
     help="headprobe: how attention-head shape decides long-context retrieval.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+app.add_typer(train_app, name="train")
+app.add_typer(data_app, name="data")
 
 
 @app.command()

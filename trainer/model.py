@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
@@ -108,9 +109,14 @@ class Attention(nn.Module):
             k, v = cache[self.layer].update(k, v)
         if self.probes:
             call = AttentionCall(
-                layer=self.layer, layer_type=self.layer_type, q=q, k=k, window=att.window,
-                scale=att.scale, key_start=position + n - k.shape[2],
-            )  # fmt: skip
+                layer=self.layer,
+                layer_type=self.layer_type,
+                q=q,
+                k=k,
+                window=att.window,
+                scale=att.scale,
+                key_start=position + n - k.shape[2],
+            )
             for probe in self.probes:
                 probe(call)
         z = attention(q, k, v, window=att.window, scale=att.scale, backend=self.backend)
@@ -166,6 +172,7 @@ class Transformer(HookedRootModule):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight
+        self.activation_checkpointing = False  # recompute each block in backward (training memory)
         self.reset_parameters()
         self.setup()
 
@@ -193,8 +200,10 @@ class Transformer(HookedRootModule):
             raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
         position = 0 if cache is None else cache.position
         x = self.hook_embed(self.embed(input_ids))
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x, position, cache)
+            # with recomputation, hooks inside the block fire again during the backward pass
+            x = checkpoint(block, x, position, cache, use_reentrant=False) if recompute else block(x, position, cache)
         if cache is not None:
             cache.position += input_ids.shape[1]
         x = self.ln_final(x)

@@ -1,0 +1,115 @@
+"""Processes, devices and model wrapping (DDP or FSDP2) for ``torchrun`` launches.
+
+A plain ``python -m trainer`` run is a world of one process. Under ``torchrun`` the usual
+environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``...) is read; the backend is
+NCCL on CUDA and gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.model import Transformer
+
+Parallel = Literal["none", "ddp", "fsdp"]
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job.
+
+    Attributes:
+        rank: global process index.
+        size: number of processes.
+        local_rank: index on this node (picks the GPU).
+        device: where this process computes.
+    """
+
+    rank: int
+    size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+
+def init_world(device: str = "auto") -> World:
+    """Start the process group when launched by ``torchrun``; pick the device."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+    if size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return World(rank, size, local_rank, dev)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(value: float, world: World) -> float:
+    if not world.distributed:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=world.device)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def barrier(world: World) -> None:
+    if world.distributed:
+        dist.barrier()
+
+
+def wrap(model: Transformer, parallel: Parallel, world: World, mixed_precision: bool) -> nn.Module:
+    """DDP or FSDP2 (``fully_shard`` per block, then the root) around ``model``.
+
+    With FSDP2 and ``mixed_precision`` parameters are gathered in bfloat16 and gradients reduced in
+    float32. Without a process group the model is returned unchanged.
+    """
+    if parallel == "none" or not world.distributed:
+        return model
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [world.device.index] if world.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+    if parallel == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if mixed_precision
+            else MixedPrecisionPolicy()
+        )
+        for block in model.blocks:
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        return model
+    raise ValueError(f"unknown --parallel {parallel!r}; choose none, ddp or fsdp")
+
+
+def unwrap(model: nn.Module) -> Transformer:
+    """The :class:`Transformer` inside a DDP wrapper (FSDP2 shards in place, nothing to unwrap)."""
+    inner = getattr(model, "module", model)
+    assert isinstance(inner, Transformer)
+    return inner

@@ -1,0 +1,146 @@
+"""Resumable training checkpoints: ``OUT/step_XXXXXX/`` folders written by every process together.
+
+Layout of one step folder::
+
+    state.json        step, tokens seen, data position and the settings needed to resume exactly
+    dcp/              model and optimizer state in torch.distributed.checkpoint format (sharded
+                      under FSDP, whole otherwise; loadable with any number of processes)
+    rng/rank_N.pt     each process's random number generator states
+
+All processes write into ``OUT/.step_XXXXXX.tmp``; after a barrier the main process renames it to
+``OUT/step_XXXXXX``, so a step folder exists only once it is complete. ``export_step`` turns a step
+folder into a plain model checkpoint (:mod:`trainer.checkpoint`) without a process group.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from trainer.atomic import atomic_write_text
+from trainer.distributed import World, barrier
+
+STEP_RE = re.compile(r"^step_(\d{6,})$")
+
+
+def step_dir(out: Path, step: int) -> Path:
+    return out / f"step_{step:06d}"
+
+
+def list_steps(out: Path) -> list[tuple[int, Path]]:
+    """Complete step folders in ``out``, oldest first."""
+    if not out.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))]
+    return sorted(found)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_step(
+    out: Path,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    world: World,
+    keep: int,
+) -> Path:
+    """Write ``OUT/step_XXXXXX`` collectively and keep only the newest ``keep`` step folders."""
+    final = step_dir(out, step)
+    tmp = out / f".{final.name}.tmp"
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / "rng").mkdir(parents=True)
+    barrier(world)
+    with warnings.catch_warnings():  # a single process without a process group is intended
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
+        dcp.save(
+            {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)},
+            checkpoint_id=str(tmp / "dcp"),
+        )
+    torch.save(_rng_state(), tmp / "rng" / f"rank_{world.rank}.pt")
+    barrier(world)
+    if world.is_main:
+        atomic_write_text(tmp / "state.json", json.dumps({**state, "step": step, "world_size": world.size}, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        for _, old in list_steps(out)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    barrier(world)
+    return final
+
+
+def read_state(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "state.json").read_text())
+
+
+def load_step(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, world: World) -> dict[str, Any]:
+    """Restore model, optimizer and (when the process count matches) RNG states; returns state.json."""
+    state = read_state(folder)
+    sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
+        dcp.load(sd, checkpoint_id=str(folder / "dcp"))
+    set_model_state_dict(model, sd["model"])
+    set_optimizer_state_dict(model, optimizer, sd["optim"])
+    rng_file = folder / "rng" / f"rank_{world.rank}.pt"
+    if rng_file.is_file() and state.get("world_size") == world.size:
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    return state
+
+
+def export_step(folder: str | Path, out: str | Path) -> Path:
+    """Turn a step folder into a plain checkpoint (no process group needed)."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from trainer.checkpoint import save_checkpoint
+    from trainer.config import ModelConfig
+    from trainer.model import Transformer
+    from trainer.tokenizer import load_tokenizer
+
+    folder = Path(folder)
+    state = read_state(folder)
+    cfg = ModelConfig.from_dict(state["model_config"])
+    tmp = folder / ".export.pt"
+    try:
+        dcp_to_torch_save(str(folder / "dcp"), str(tmp))
+        weights = torch.load(tmp, weights_only=False)["model"]
+    finally:
+        tmp.unlink(missing_ok=True)
+    model = Transformer(cfg)
+    model.load_state_dict(weights)
+    tok = state.get("tokenizer", "byte")
+    return save_checkpoint(model, out, None if tok == "byte" else load_tokenizer(tok))
