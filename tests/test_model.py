@@ -278,3 +278,21 @@ def test_toy_presets_run_forward_and_backward(name):
     loss.backward()
     assert 4.5 < loss.item() < 6.5  # near ln(264) = 5.58 at init
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_chunked_loss_equals_dense_cross_entropy_and_its_gradients():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 19))
+    targets = torch.randint(0, 40, (2, 19))
+    mask = torch.rand(2, 19) < 0.6
+    logits = model(ids)
+    dense = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
+    dense = (dense * mask.flatten()).sum()
+    dense.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    chunked = model(ids, targets=targets, loss_mask=mask, loss_chunk=7)  # 38 positions in chunks of 7
+    chunked.backward()
+    assert chunked.item() == pytest.approx(dense.item(), rel=1e-6)  # summed in float32
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[name], atol=1e-6, rtol=1e-5, msg=name)

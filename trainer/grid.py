@@ -10,6 +10,7 @@ member -> stage -> checkpoint, tokens and final loss, and is rewritten atomicall
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
@@ -51,8 +52,15 @@ def run_grid(
     run_stage: Callable[[TrainConfig], TrainResult] = train,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run (or continue) the grid; returns the manifest. ``overrides`` apply to every stage."""
+    """Run (or continue) the grid; returns the manifest. ``overrides`` apply to every stage.
+
+    Under ``torchrun`` every process walks the same plan (each stage is a collective training run);
+    only the main process logs and writes the manifest.
+    """
     runs = Path(runs)
+    main = int(os.environ.get("RANK", "0")) == 0
+    if not main:
+        log = lambda _msg: None  # noqa: E731
     names = list_presets(scale)
     chosen = names if not members else [m if m.startswith(f"{scale}-") else f"{scale}-{m}" for m in members]
     unknown = sorted(set(chosen) - set(names))
@@ -102,7 +110,8 @@ def run_grid(
                 result = run_stage(cfg)
                 if result.interrupted:
                     log(f"{member} {stage}: interrupted; rerun the same command to continue")
-                    _write_manifest(manifest_path, manifest)
+                    if main:
+                        _write_manifest(manifest_path, manifest)
                     return manifest
             result_data = json.loads((folder / RESULT_FILE).read_text())
             manifest["members"].setdefault(member, {})[stage] = {
@@ -111,7 +120,8 @@ def run_grid(
                 "steps": result_data["steps"],
                 "final_loss": result_data["final_loss"],
             }
-            _write_manifest(manifest_path, manifest)
+            if main:
+                _write_manifest(manifest_path, manifest)
             previous = folder / "final"
     return manifest
 

@@ -188,13 +188,26 @@ class Transformer(HookedRootModule):
                 nn.init.normal_(p, std=std)
 
     # -- forward ---------------------------------------------------------------------------
-    def forward(self, input_ids: Tensor, cache: KVCache | None = None, last_only: bool = False) -> Tensor:
-        """Logits ``[batch, seq, vocab]`` (``[batch, 1, vocab]`` with ``last_only``).
+    def forward(
+        self,
+        input_ids: Tensor,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+        targets: Tensor | None = None,
+        loss_mask: Tensor | None = None,
+        loss_chunk: int = 8192,
+    ) -> Tensor:
+        """Logits ``[batch, seq, vocab]`` (``[batch, 1, vocab]`` with ``last_only``), or with ``targets``
+        the summed next-token loss.
 
         Args:
             input_ids: ``[batch, seq]`` token ids.
             cache: when given, ``input_ids`` continue the cached sequence; the cache is updated.
             last_only: project only the last position to the vocabulary (saves ``seq * vocab`` memory).
+            targets: ``[batch, seq]`` target ids; the result is then the float32 sum of cross-entropies
+                over positions where ``loss_mask`` (``[batch, seq]`` bool, default all) is true. Logits
+                are made ``loss_chunk`` positions at a time and recomputed in backward, so a 262K-token
+                sequence never holds ``seq x vocab`` logits.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
@@ -207,9 +220,27 @@ class Transformer(HookedRootModule):
         if cache is not None:
             cache.position += input_ids.shape[1]
         x = self.ln_final(x)
+        if targets is not None:
+            return self._loss_sum(x, targets, loss_mask, loss_chunk)
         if last_only:
             x = x[:, -1:]
         return self.lm_head(x)
+
+    def _loss_sum(self, x: Tensor, targets: Tensor, mask: Tensor | None, chunk: int) -> Tensor:
+        flat_x, flat_t = x.flatten(0, 1), targets.flatten()
+        flat_m = torch.ones_like(flat_t, dtype=torch.bool) if mask is None else mask.flatten()
+        total = x.new_zeros((), dtype=torch.float32)
+        for start in range(0, flat_t.numel(), chunk):
+            part = (flat_x[start : start + chunk], flat_t[start : start + chunk], flat_m[start : start + chunk])
+            if torch.is_grad_enabled() and flat_x.requires_grad:
+                total = total + checkpoint(self._chunk_loss, *part, use_reentrant=False)
+            else:
+                total = total + self._chunk_loss(*part)
+        return total
+
+    def _chunk_loss(self, x: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+        losses = F.cross_entropy(self.lm_head(x).float(), targets, reduction="none")
+        return (losses * mask.to(losses.dtype)).sum()
 
     @torch.no_grad()
     def generate(self, input_ids: Tensor, max_new_tokens: int, stop_ids: list[int] | None = None) -> Tensor:

@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from trainer import train_state
 from trainer.atomic import atomic_write_text
@@ -350,10 +349,10 @@ def _progress(total: int, start: int, enabled: bool):
 # ---------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------
-def lm_loss_sum(logits: torch.Tensor, batch_targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum of next-token cross-entropies over targets where ``mask`` is true (float32)."""
-    losses = F.cross_entropy(logits.float().flatten(0, 1), batch_targets.flatten(), reduction="none")
-    return (losses * mask.flatten().to(losses.dtype)).sum()
+def _gpu_memory(world: World) -> dict[str, float]:
+    if world.device.type != "cuda":
+        return {}
+    return {"peak_gpu_mem_gib": torch.cuda.max_memory_allocated(world.device) / 2**30}
 
 
 def _resolve_steps(cfg: TrainConfig, seq_len: int) -> int:
@@ -494,7 +493,7 @@ def _train(cfg: TrainConfig, world: World) -> TrainResult:
                     x = torch.from_numpy(b.inputs).to(world.device)
                     y = torch.from_numpy(b.targets).to(world.device)
                     m = torch.from_numpy(b.loss_mask).to(world.device)
-                    part = lm_loss_sum(wrapped(x), y, m)
+                    part = wrapped(x, targets=y, loss_mask=m)
                     # DDP/FSDP average gradients over processes: scale so the result is sum / global
                     (part * (world.size / max(global_targets, 1.0))).backward()
                 loss_sum += float(part.detach())
@@ -522,6 +521,7 @@ def _train(cfg: TrainConfig, world: World) -> TrainResult:
                         "mfu": mfu(flops_per_token, tps, peak, world.size),
                         "step_time_s": dt,
                         "stage": cfg.stage,
+                        **_gpu_memory(world),
                     }
                 )
             progress.update(task, completed=step, info=f"loss {last_loss:.4f}  {tps:,.0f} tok/s")
