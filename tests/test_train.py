@@ -270,3 +270,27 @@ def test_data_with_a_larger_vocabulary_is_refused(tmp_path, model_config):
     synth(5000, tmp_path / "data", tokenizer=Big())
     with pytest.raises(DataError, match="1,000 ids but the model has vocab_size=264"):
         train(quick(tmp_path / "run", model_config, data=str(tmp_path / "data"), tokenizer="byte"))
+
+
+def test_activation_checkpointing_changes_memory_not_results(tmp_path, model_config):
+    train(quick(tmp_path / "plain", model_config, steps=3))
+    train(quick(tmp_path / "ckpt", model_config, steps=3, activation_checkpointing=True))
+    assert losses(tmp_path / "ckpt") == losses(tmp_path / "plain")
+
+
+def test_data_from_another_tokenizer_is_refused(tmp_path, model_config):
+    from test_tokenizer import build_bpe
+
+    from trainer.data import prepare
+    from trainer.tokenizer import load_tokenizer
+
+    (tmp_path / "doc.txt").write_text("the north door is quiet " * 300)
+    prepare([tmp_path / "doc.txt"], load_tokenizer(build_bpe(tmp_path / "tok.json", vocab_size=260)), tmp_path / "bpe")
+    with pytest.raises(DataError, match=r"tokenised with .* but the model uses 'byte'"):
+        train(quick(tmp_path / "run", model_config, data=str(tmp_path / "bpe"), tokenizer="byte"))
+
+
+def test_compiled_blocks_train_like_eager_ones(tmp_path, model_config):
+    train(quick(tmp_path / "eager", model_config, steps=3))
+    train(quick(tmp_path / "compiled", model_config, steps=3, compile=True))
+    np.testing.assert_allclose(losses(tmp_path / "compiled"), losses(tmp_path / "eager"), rtol=1e-5)

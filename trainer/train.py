@@ -226,6 +226,26 @@ class _Source:
         return collate([(self.items[int(i)], None) for i in indices], self.pad_id)
 
 
+def _check_same_tokenizer(folder: Path, man, tokenizer: ByteTokenizer | HFTokenizer) -> None:
+    """The data must have been tokenised by the tokenizer the model is trained with."""
+    data_is_byte = man.tokenizer == "byte"
+    if data_is_byte != isinstance(tokenizer, ByteTokenizer):
+        raise DataError(
+            f"{folder} was tokenised with {man.tokenizer!r} but the model uses {tokenizer.name!r}; "
+            "prepare the data with the model's tokenizer"
+        )
+    want = man.extra.get("tokenizer_sha256")
+    if want and isinstance(tokenizer, HFTokenizer):
+        import hashlib
+
+        have = hashlib.sha256(Path(tokenizer.path).read_bytes()).hexdigest()
+        if have != want:
+            raise DataError(
+                f"{folder} was tokenised with a different tokenizer.json than {tokenizer.path} (SHA-256 "
+                "differs); prepare the data with the model's tokenizer"
+            )
+
+
 def _data_source(
     cfg: TrainConfig,
     seq_len: int,
@@ -244,6 +264,7 @@ def _data_source(
     man = data.manifest
     if tokenizer is None:
         tokenizer = load_tokenizer(cfg.tokenizer or man.tokenizer)
+    _check_same_tokenizer(folder, man, tokenizer)
     if man.vocab_size > model_cfg.vocab_size:
         raise DataError(
             f"{folder} was tokenised with {man.vocab_size:,} ids but the model has "

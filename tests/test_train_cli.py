@@ -1,0 +1,82 @@
+"""The train and data commands end to end (typer's runner, in process)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from conftest import tiny_config
+from typer.testing import CliRunner
+
+from headprobe.cli import app
+from trainer.checkpoint import load_checkpoint
+from trainer.data import TokenData
+from trainer.mfu import mfu, peak_flops
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), env={"COLUMNS": "300"})
+
+
+def test_data_and_train_commands(tmp_path):
+    src = tmp_path / "corpus.txt"
+    src.write_text("A small document about keys and doors. " * 200)
+    res = invoke("data", "prepare", str(src), "--out", str(tmp_path / "data"))
+    assert res.exit_code == 0, res.output
+    assert "7,801 tokens" in res.output  # 39 bytes x 200 + one end-of-document token
+    assert len(TokenData(tmp_path / "data")) == 7801
+    assert invoke("data", "verify", str(tmp_path / "data")).exit_code == 0
+
+    cfg = tmp_path / "model.json"
+    cfg.write_text(tiny_config(vocab_size=264, max_seq_len=64).to_json())
+    res = invoke(
+        "train",
+        "--config",
+        str(cfg),
+        "--data",
+        str(tmp_path / "data"),
+        "--steps",
+        "3",
+        "--batch-size",
+        "2",
+        "--seq-len",
+        "32",
+        "--out",
+        str(tmp_path / "run"),
+        "--save-every",
+        "2",
+    )
+    assert res.exit_code == 0, res.output
+    assert "done: 3 steps, 192 tokens" in res.output
+    model, _ = load_checkpoint(tmp_path / "run" / "final")
+    res = invoke("train", "export", str(tmp_path / "run" / "step_000003"), str(tmp_path / "exported"))
+    assert res.exit_code == 0, res.output
+    exported, _ = load_checkpoint(tmp_path / "exported")
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), exported.state_dict().values(), strict=True)
+    )
+
+
+def test_synth_command(tmp_path):
+    res = invoke("data", "synth", "--tokens", "3000", "--out", str(tmp_path / "s"))
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert manifest["total_tokens"] >= 3000 and f"{manifest['total_tokens']:,} tokens" in res.output
+
+
+def test_errors_exit_with_a_message(tmp_path):
+    res = invoke("train", "--stage", "cpt", "--out", str(tmp_path / "r"), "--steps", "1")
+    assert res.exit_code == 2 and "give --init" in res.output
+    res = invoke("data", "prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d"))
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = invoke("train", "--stage", "rl", "--out", str(tmp_path / "r"))
+    assert res.exit_code == 2 and "unknown --stage" in res.output
+
+
+def test_mfu_arithmetic():
+    # 6e9 FLOP/token x 10,000 tokens/s over 2 devices of 100 TFLOP/s = 30%
+    assert mfu(6e9, 10_000, 100e12, 2) == 0.3
+    assert mfu(6e9, 10_000, None, 1) is None
+    assert peak_flops(torch.device("cpu")) is None and peak_flops(torch.device("cpu"), 5e12) == 5e12
