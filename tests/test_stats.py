@@ -1,0 +1,122 @@
+"""Streaming attention statistics against a dense float64 implementation written here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from headprobe.stats import attention_stats
+
+
+def dense_stats(q, k, window, scale, rows, spans, topk):
+    """Everything from the full probability matrix, in float64, straight from the definitions."""
+    q, k = q.double(), k.double()
+    b, h, lq, _ = q.shape
+    hkv, lk = k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(h // hkv, dim=1)
+    s = (q @ kk.transpose(-1, -2)) * scale  # [b, h, lq, lk]
+    i = torch.arange(lk - lq, lk)[:, None]
+    j = torch.arange(lk)[None, :]
+    vis = (j <= i) & ((i - j < window) if window else torch.ones_like(j, dtype=torch.bool))
+    s = s.masked_fill(~vis, -math.inf)[:, :, rows]
+    p = torch.softmax(s, -1)
+    plogp = torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))
+    pos = (rows + lk - lq).double()
+    n_vis = vis[rows].sum(-1).double()
+    ent = -plogp.sum(-1)
+    return {
+        "lse": torch.logsumexp(s, -1),
+        "entropy": ent,
+        "norm_entropy": torch.where(n_vis > 1, ent / torch.log(n_vis.clamp(min=2)), torch.zeros_like(ent)),
+        "max_prob": p.max(-1).values,
+        "argmax": torch.stack([torch.nonzero(row == row.max())[0, 0] for row in s.reshape(-1, lk)]).reshape(
+            s.shape[:-1]
+        ),
+        "mean_distance": (p * (pos[:, None] - j.double())).sum(-1),
+        "span_mass": torch.stack([p[..., a:z].sum(-1) for a, z in spans], -1)
+        if spans
+        else p[..., :0].sum(-1, keepdim=True)[..., :0],
+        "topk_prob": p.topk(topk, -1).values,
+    }
+
+
+CASES = [
+    # (heads, kv_heads, q_len, k_len, dim, window, rows, spans, chunk)
+    (2, 2, 50, 50, 16, None, None, [(3, 9)], 7),
+    (4, 2, 50, 50, 32, 6, None, [(0, 1), (40, 50)], 16),
+    (4, 1, 9, 61, 64, 10, None, [(55, 61)], 8),
+    (2, 2, 70, 70, 128, None, [0, 1, 33, 69], [(10, 20)], 64),  # rows subset, chunk > most ranges
+    (3, 3, 40, 40, 512, 40, [39, 5, 20], [], 13),  # window == length; unsorted rows
+    (2, 1, 33, 33, 16, 1, None, [(0, 33)], 5),  # window 1: a single visible key
+]
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("case", CASES)
+def test_matches_dense_reference(case, dtype, tol):
+    h, hkv, lq, lk, dim, window, rows, spans, chunk = case
+    q = torch.randn(2, h, lq, dim, dtype=torch.float64)
+    k = torch.randn(2, hkv, lk, dim, dtype=torch.float64)
+    rows_t = torch.arange(lq) if rows is None else torch.tensor(rows)
+    scale = dim**-0.5
+    got = attention_stats(q.to(dtype), k.to(dtype), window=window, scale=scale, rows=rows_t, spans=spans, topk=4,
+                          chunk=chunk, row_block=16)  # fmt: skip
+    want = dense_stats(q.to(dtype), k.to(dtype), window, scale, rows_t, spans, 4)
+    for name in ("lse", "entropy", "norm_entropy", "max_prob", "mean_distance", "span_mass"):
+        torch.testing.assert_close(getattr(got, name).double(), want[name], atol=tol, rtol=tol, msg=name)
+    assert torch.equal(got.argmax, want["argmax"])
+    n_vis = torch.tensor([min(p + 1, window or p + 1) for p in (rows_t + lk - lq).tolist()])
+    kk = min(4, int(n_vis.min()))
+    torch.testing.assert_close(got.topk_prob[..., :kk].double(), want["topk_prob"][..., :kk], atol=tol, rtol=tol)
+    assert torch.equal(got.visible, n_vis)
+    assert torch.equal(got.positions, rows_t + lk - lq)
+
+
+def test_topk_indices_are_the_largest_probabilities():
+    q = torch.randn(1, 2, 30, 8, dtype=torch.float64)
+    k = torch.randn(1, 2, 30, 8, dtype=torch.float64)
+    st = attention_stats(q, k, window=12, topk=5, chunk=4)
+    s = (q @ k.transpose(-1, -2)) * 8**-0.5
+    for hd in range(2):
+        for row in range(30):
+            lo = max(0, row - 11)
+            ref = torch.softmax(s[0, hd, row, lo : row + 1], -1)
+            order = torch.argsort(ref, descending=True)[:5] + lo
+            n = min(5, row + 1 - lo)
+            assert st.topk_idx[0, hd, row, :n].tolist() == order[:n].tolist()
+            assert st.topk_idx[0, hd, row, n:].tolist() == [-1] * (5 - n)
+
+
+def test_argmax_ties_go_to_the_first_key():
+    # identical keys: every score ties; the first visible key must win, across tile boundaries too
+    q = torch.randn(1, 1, 20, 4)
+    k = torch.ones(1, 1, 20, 4)
+    for window in (None, 5):
+        st = attention_stats(q, k, window=window, chunk=3)
+        first = [0 if window is None else max(0, p - window + 1) for p in range(20)]
+        assert st.argmax[0, 0].tolist() == first
+        torch.testing.assert_close(st.entropy[0, 0], torch.log(st.visible.float()), atol=1e-5, rtol=0)
+
+
+def test_chunk_sizes_do_not_change_results():
+    q = torch.randn(1, 4, 100, 16)
+    k = torch.randn(1, 2, 100, 16)
+    ref = attention_stats(q, k, window=17, chunk=100)
+    for chunk in (1, 7, 32, 99, 1000):
+        got = attention_stats(q, k, window=17, chunk=chunk, row_block=13)
+        torch.testing.assert_close(got.entropy, ref.entropy, atol=1e-5, rtol=0)
+        assert torch.equal(got.argmax, ref.argmax)
+
+
+def test_bad_arguments():
+    q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    with pytest.raises(ValueError, match="rows must be"):
+        attention_stats(q, k, rows=torch.tensor([5]))
+    with pytest.raises(ValueError, match="span"):
+        attention_stats(q, k, spans=[(3, 3)])
+    with pytest.raises(ValueError, match="not a multiple"):
+        attention_stats(torch.randn(1, 3, 5, 8), k)
+    with pytest.raises(ValueError, match="q_len"):
+        attention_stats(torch.randn(1, 2, 6, 8), k)
