@@ -98,8 +98,10 @@ def attention_stats(
         :class:`AttentionStats`; computed in float32 (float64 inputs stay float64).
     """
     if q.dim() != 4 or k.dim() != 4:
-        raise ValueError(f"q must be [batch, heads, q_len, dim] and k [batch, kv_heads, k_len, dim]; got "
-                         f"{tuple(q.shape)} and {tuple(k.shape)}")  # fmt: skip
+        raise ValueError(
+            f"q must be [batch, heads, q_len, dim] and k [batch, kv_heads, k_len, dim]; got "
+            f"{tuple(q.shape)} and {tuple(k.shape)}"
+        )
     b, h, q_len, dim = q.shape
     hkv, k_len = k.shape[1], k.shape[2]
     if k.shape[0] != b or k.shape[3] != dim:
@@ -201,6 +203,9 @@ def attention_stats(
             out["topk_idx"][:, :, sel] = torch.where(valid, top_i, torch.full_like(top_i, -1))
     n_visible = torch.minimum(positions + 1, torch.full_like(positions, window)) if window else positions + 1
     log_n = torch.log(n_visible.to(work))
-    norm = torch.where(n_visible > 1, out["entropy"] / torch.where(n_visible > 1, log_n, torch.ones_like(log_n)),
-                       torch.zeros_like(out["entropy"]))  # fmt: skip
+    norm = torch.where(
+        n_visible > 1,
+        out["entropy"] / torch.where(n_visible > 1, log_n, torch.ones_like(log_n)),
+        torch.zeros_like(out["entropy"]),
+    )
     return AttentionStats(positions=positions, norm_entropy=norm, visible=n_visible, **out)

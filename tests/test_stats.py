@@ -13,7 +13,7 @@ from headprobe.stats import attention_stats
 def dense_stats(q, k, window, scale, rows, spans, topk):
     """Everything from the full probability matrix, in float64, straight from the definitions."""
     q, k = q.double(), k.double()
-    b, h, lq, _ = q.shape
+    _, h, lq, _ = q.shape
     hkv, lk = k.shape[1], k.shape[2]
     kk = k.repeat_interleave(h // hkv, dim=1)
     s = (q @ kk.transpose(-1, -2)) * scale  # [b, h, lq, lk]
@@ -61,8 +61,17 @@ def test_matches_dense_reference(case, dtype, tol):
     k = torch.randn(2, hkv, lk, dim, dtype=torch.float64)
     rows_t = torch.arange(lq) if rows is None else torch.tensor(rows)
     scale = dim**-0.5
-    got = attention_stats(q.to(dtype), k.to(dtype), window=window, scale=scale, rows=rows_t, spans=spans, topk=4,
-                          chunk=chunk, row_block=16)  # fmt: skip
+    got = attention_stats(
+        q.to(dtype),
+        k.to(dtype),
+        window=window,
+        scale=scale,
+        rows=rows_t,
+        spans=spans,
+        topk=4,
+        chunk=chunk,
+        row_block=16,
+    )
     want = dense_stats(q.to(dtype), k.to(dtype), window, scale, rows_t, spans, 4)
     for name in ("lse", "entropy", "norm_entropy", "max_prob", "mean_distance", "span_mass"):
         torch.testing.assert_close(getattr(got, name).double(), want[name], atol=tol, rtol=tol, msg=name)

@@ -1,0 +1,338 @@
+"""Models the analysis can read: our checkpoints and Hugging Face causal LMs from a local folder.
+
+``load_model(path)`` returns a :class:`ProbedModel`, one interface over both:
+
+* ``tokenizer`` (``encode``/``decode``/special ids), ``layers`` (a :class:`LayerInfo` per layer:
+  type, head counts, window, scale), ``max_positions`` and ``device``;
+* ``run(input_ids, probe=..., residual=...)``: a forward pass that hands every attention layer's
+  post-RoPE queries and keys to ``probe`` as a :class:`trainer.model.AttentionCall` and each residual
+  stream (the embedding output as layer ``-1``, then every block's output) to ``residual``;
+* ``decode(prompt_ids, max_new_tokens, stop_ids, probe=...)``: greedy decoding with a KV cache.
+  As in Wu et al.'s reference code, the prompt minus its last token is prefilled, then decoding
+  starts from the last prompt token, so every generated token has one decode step whose attention
+  rows produced it; ``probe(step, token, call)`` sees each step's calls with the token it produced.
+
+Hugging Face models are loaded with ``local_files_only`` (nothing is downloaded). Their attention
+runs through a function headprobe registers with transformers' ``AttentionInterface``: it receives
+the post-RoPE queries and keys (cache included), shows them to the probe and computes the output with
+:func:`trainer.attention.attention` (exact, never ``L x L``), so no dense mask is built either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from trainer.attention import attention
+from trainer.model import AttentionCall, Transformer
+from trainer.tokenizer import ByteTokenizer, HFTokenizer
+
+AttentionProbe = Callable[[AttentionCall], None]
+ResidualProbe = Callable[[int, Tensor], None]
+DecodeProbe = Callable[[int, int, AttentionCall], None]  # (step, produced token, call)
+
+
+class ModelLoadError(RuntimeError):
+    """A model folder cannot be loaded; the message names the folder and the reason."""
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """Attention geometry of one layer.
+
+    Attributes:
+        index: 0-based layer index.
+        layer_type: ``"sliding"`` or ``"full"``.
+        n_heads: query heads.
+        n_kv_heads: key/value heads.
+        qk_dim: query/key width.
+        window: keys visible per query including its own (``None`` = full causal).
+    """
+
+    index: int
+    layer_type: str
+    n_heads: int
+    n_kv_heads: int
+    qk_dim: int
+    window: int | None
+
+
+class ProbedModel:
+    """Common interface; see the module docstring."""
+
+    name: str
+    tokenizer: ByteTokenizer | HFTokenizer
+    layers: list[LayerInfo]
+    max_positions: int | None
+    device: torch.device
+
+    def run(
+        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    def decode(
+        self,
+        prompt_ids: Tensor,
+        max_new_tokens: int,
+        stop_ids: list[int] | None = None,
+        probe: DecodeProbe | None = None,
+    ) -> list[int]:
+        raise NotImplementedError
+
+    def check_length(self, length: int) -> None:
+        """Raise when ``length`` tokens exceed the model's positions."""
+        if self.max_positions is not None and length > self.max_positions:
+            raise ValueError(
+                f"{self.name}: {length:,} tokens exceed the model's {self.max_positions:,} positions; use shorter "
+                "--lengths (or raise the model's position limit if it extrapolates)"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Our checkpoints
+# ---------------------------------------------------------------------------------------------
+class HeadprobeModel(ProbedModel):
+    """A :class:`trainer.model.Transformer` checkpoint."""
+
+    def __init__(self, model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, name: str) -> None:
+        self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.device = next(model.parameters()).device
+        cfg = model.cfg
+        self.layers = [
+            LayerInfo(i, cfg.layer_type(i), a.n_heads, a.kv_heads, a.qk_head_dim, a.window)
+            for i, a in ((i, cfg.attention(i)) for i in range(cfg.n_layers))
+        ]
+        self.max_positions = None  # RoPE has no table limit; cfg.max_seq_len is the trained length
+        self.trained_length = cfg.max_seq_len
+
+    @contextlib.contextmanager
+    def _residual_hooks(self, residual: ResidualProbe | None) -> Iterator[None]:
+        if residual is None:
+            yield
+            return
+        hooks = [("hook_embed", lambda x, hook: residual(-1, x))]
+        hooks += [(f"blocks.{i}.hook_resid_post", lambda x, hook, i=i: residual(i, x)) for i in range(len(self.layers))]
+        with self.model.hooks(fwd_hooks=hooks):
+            yield
+
+    @torch.no_grad()
+    def run(
+        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
+    ) -> None:
+        probing = self.model.probe(probe) if probe is not None else contextlib.nullcontext()
+        with probing, self._residual_hooks(residual):
+            self.model(input_ids.to(self.device), last_only=True)
+
+    @torch.no_grad()
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+        from trainer.kv_cache import KVCache
+
+        ids = prompt_ids.to(self.device)
+        cache = KVCache(self.model.cfg)
+        if ids.shape[1] > 1:
+            self.model(ids[:, :-1], cache=cache, last_only=True)
+        token = ids[:, -1:]
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            calls: list[AttentionCall] = []
+            with self.model.probe(calls.append) if probe else contextlib.nullcontext():
+                logits = self.model(token, cache=cache, last_only=True)
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            if probe:
+                for call in calls:
+                    probe(step, nxt, call)
+            if stop_ids and nxt in stop_ids:
+                break
+            token = torch.tensor([[nxt]], device=self.device)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face models
+# ---------------------------------------------------------------------------------------------
+_ACTIVE: list[AttentionProbe] = []  # probes of the HF forward pass in progress
+_IMPL = "headprobe"
+
+
+def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers attention function: post-RoPE ``query [B, H, Lq, D]``, ``key``/``value``
+    ``[B, Hkv, Lk, D]`` (cache included), bottom-right aligned; causal plus the layer's window."""
+    if kwargs.get("softcap") is not None:
+        raise ModelLoadError("attention logit soft-capping (Gemma 2 style) is not supported by headprobe's probes")
+    window = kwargs.get("sliding_window")
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if _ACTIVE:
+        call = AttentionCall(
+            layer=module.layer_idx,
+            layer_type="sliding" if window else "full",
+            q=query,
+            k=key,
+            window=window,
+            scale=scale,
+            key_start=-1,  # filled in by the model wrapper, which knows the position
+        )
+        for probe in _ACTIVE:
+            probe(call)
+    out = attention(query, key, value, window=window, scale=scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _no_mask(*args, **kwargs):
+    """headprobe's attention applies causality and windows itself: no dense mask is needed."""
+    return None
+
+
+def _register_hf() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(_IMPL, _hf_attention)
+    AttentionMaskInterface.register(_IMPL, _no_mask)
+
+
+def _hf_windows(config) -> list[int | None]:
+    n = config.num_hidden_layers
+    types = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if types:
+        return [window if t == "sliding_attention" else None for t in types]
+    if window and getattr(config, "use_sliding_window", True):
+        return [window] * n
+    return [None] * n
+
+
+class HFModel(ProbedModel):
+    """A Hugging Face causal LM from a local folder (config.json + safetensors + tokenizer)."""
+
+    def __init__(self, path: Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> None:
+        from transformers import AutoModelForCausalLM
+
+        _register_hf()
+        try:
+            self.hf = AutoModelForCausalLM.from_pretrained(
+                str(path), local_files_only=True, attn_implementation=_IMPL, dtype=dtype
+            ).to(device)
+        except (OSError, ValueError, KeyError) as err:
+            raise ModelLoadError(f"{path}: cannot load as a Hugging Face causal LM ({err})") from None
+        self.hf.eval()
+        self.name, self.device = path.name, torch.device(device)
+        self.tokenizer = HFTokenizer(path)
+        cfg = self.hf.config
+        heads = cfg.num_attention_heads
+        kv = getattr(cfg, "num_key_value_heads", None) or heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        self.layers = [
+            LayerInfo(i, "sliding" if w else "full", heads, kv, head_dim, w) for i, w in enumerate(_hf_windows(cfg))
+        ]
+        self.max_positions = getattr(cfg, "max_position_embeddings", None)
+        self._decoder_layers = self._find_layers()
+        # transformers renamed `past_key_values` to `cache` (5.24 warns about the old name)
+        self._cache_arg = "cache" if "cache" in inspect.signature(self.hf.forward).parameters else "past_key_values"
+
+    def _find_layers(self):
+        inner = getattr(self.hf, "model", None)
+        layers = getattr(inner, "layers", None)
+        if layers is None:
+            raise ModelLoadError(f"{self.name}: no `model.layers` decoder stack (Llama/Qwen/Mistral/Gemma layout)")
+        return layers
+
+    @contextlib.contextmanager
+    def _probing(self, probe: AttentionProbe | None, position: int, residual: ResidualProbe | None):
+        handles = []
+        if probe is not None:
+
+            def with_positions(call: AttentionCall) -> None:
+                q_len, k_len = call.q.shape[2], call.k.shape[2]
+                info = self.layers[call.layer]
+                if (call.window or None) != info.window:
+                    raise ModelLoadError(
+                        f"{self.name}: layer {call.layer} ran with window {call.window}, config says {info.window}"
+                    )
+                start = position + q_len - k_len
+                probe(AttentionCall(call.layer, info.layer_type, call.q, call.k, call.window, call.scale, start))
+
+            _ACTIVE.append(with_positions)
+        if residual is not None:
+
+            def pre(module, args, kwargs):
+                hidden = args[0] if args else kwargs["hidden_states"]
+                residual(-1, hidden)
+
+            handles.append(self._decoder_layers[0].register_forward_pre_hook(pre, with_kwargs=True))
+            for i, layer in enumerate(self._decoder_layers):
+
+                def post(module, args, output, i=i):
+                    residual(i, output[0] if isinstance(output, tuple) else output)
+
+                handles.append(layer.register_forward_hook(post))
+        try:
+            yield
+        finally:
+            if probe is not None:
+                _ACTIVE.pop()
+            for handle in handles:
+                handle.remove()
+
+    @torch.no_grad()
+    def run(self, input_ids, probe=None, residual=None):
+        with self._probing(probe, 0, residual):
+            self.hf(input_ids=input_ids.to(self.device), use_cache=False, logits_to_keep=1)
+
+    @torch.no_grad()
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+        from transformers import DynamicCache
+
+        ids = prompt_ids.to(self.device)
+        cache = DynamicCache(config=self.hf.config)
+        position = 0
+        if ids.shape[1] > 1:
+            self.hf(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+            position = ids.shape[1] - 1
+        token = ids[:, -1:]
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            calls: list[AttentionCall] = []
+            with self._probing(calls.append if probe else None, position, None):
+                logits = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **{self._cache_arg: cache}).logits
+            position += 1
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            if probe:
+                for call in calls:
+                    probe(step, nxt, call)
+            if stop_ids and nxt in stop_ids:
+                break
+            token = torch.tensor([[nxt]], device=self.device)
+        return out
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ProbedModel:
+    """Our checkpoint folder or a local Hugging Face model folder, as a :class:`ProbedModel`."""
+    from trainer.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
+
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelLoadError(f"model folder {path} does not exist")
+    config_file = path / CONFIG_FILE
+    if not config_file.is_file():
+        raise ModelLoadError(f"{config_file} is missing: {path} is neither a headprobe checkpoint nor an HF model")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise ModelLoadError(f"{config_file} is not valid JSON: {err}") from None
+    if "model_type" in config:  # Hugging Face
+        return HFModel(path, device=device, dtype=dtype or torch.float32)
+    try:
+        model, tokenizer = load_checkpoint(path, device=device, dtype=dtype)
+    except CheckpointError as err:
+        raise ModelLoadError(str(err)) from None
+    return HeadprobeModel(model, tokenizer, path.name)

@@ -1,0 +1,250 @@
+"""Metrics against independent references: numpy SVD, brute-force Kendall distance, dense attention,
+a hand-built copying model for the retrieval score."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+from headprobe.haystack import NEEDLES, needle_prompt, text_inputs
+from headprobe.metrics import (
+    attention_entropy,
+    effective_rank,
+    head_statistics,
+    kendall_reordering,
+    parse_rows,
+    residual_effective_rank,
+    retrieval_heads,
+    retrieval_scores,
+    rouge1_recall,
+)
+from headprobe.models import HeadprobeModel, LayerInfo, ProbedModel
+from headprobe.stats import attention_stats
+from trainer.model import AttentionCall, Transformer
+from trainer.tokenizer import ByteTokenizer
+
+
+def numpy_erank(x: np.ndarray, center: bool) -> float:
+    if center:
+        x = x - x.mean(0, keepdims=True)
+    s = np.linalg.svd(x, compute_uv=False)
+    p = s / s.sum()
+    p = p[p > 0]
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+@pytest.mark.parametrize("shape, rank", [((200, 16), 16), ((500, 32), 5), ((40, 64), 40)])
+def test_effective_rank_matches_numpy_svd(shape, rank):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(shape[0], rank)) @ rng.normal(size=(rank, shape[1])) + 3.0  # offset: centring matters
+    for center in (True, False):
+        assert effective_rank(torch.tensor(x), center=center) == pytest.approx(numpy_erank(x, center), rel=1e-6)
+    assert 1.0 <= effective_rank(torch.tensor(x)) <= rank + 1e-6
+
+
+def test_effective_rank_hand_worked():
+    # singular values 3 and 1: p = (3/4, 1/4), erank = exp(-(3/4 ln 3/4 + 1/4 ln 1/4))
+    x = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
+    assert effective_rank(x, center=False) == pytest.approx(math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))))
+
+
+def brute_kendall(order: list[int]) -> float:
+    """Fraction of pairs whose attention order (list order) disagrees with recency (newer first)."""
+    pairs = list(itertools.combinations(range(len(order)), 2))
+    return sum(order[a] < order[b] for a, b in pairs) / len(pairs)
+
+
+def test_kendall_reordering_against_brute_force():
+    rng = np.random.default_rng(1)
+    rows = []
+    for n in (2, 3, 5, 8):
+        for _ in range(20):
+            rows.append((list(rng.choice(100, size=n, replace=False)), n))
+    k = 8
+    idx = torch.full((len(rows), k), -1, dtype=torch.long)
+    for r, (order, n) in enumerate(rows):
+        idx[r, :n] = torch.tensor(order)
+    got = kendall_reordering(idx)
+    for r, (order, _) in enumerate(rows):
+        assert got[r].item() == pytest.approx(brute_kendall(order))
+    assert math.isnan(kendall_reordering(torch.tensor([[4, -1, -1]]))[0].item())
+
+
+def test_reordering_extremes_from_attention():
+    # 1-D keys: score = +j (newest wins: recency order, 0) or -j (oldest wins: reversed, 1)
+    pos = torch.arange(40, dtype=torch.float32).view(1, 1, 40, 1)
+    q = torch.ones(1, 1, 40, 1)
+    for sign, want in ((1.0, 0.0), (-1.0, 1.0)):
+        st = attention_stats(q, sign * pos, topk=6)
+        got = kendall_reordering(st.topk_idx)[0, 0, 1:]  # row 0 has a single key
+        assert torch.allclose(got, torch.full_like(got, want))
+
+
+def dense_entropy_per_head(model: Transformer, ids: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Mean entropy per head from dense float64 probabilities built from the cached post-RoPE q/k."""
+    _, cache = model.run_with_cache(ids)
+    out = {}
+    for layer in range(model.cfg.n_layers):
+        att = model.cfg.attention(layer)
+        q = cache[f"blocks.{layer}.attn.hook_rot_q"].transpose(1, 2).double()
+        k = cache[f"blocks.{layer}.attn.hook_rot_k"].transpose(1, 2).double().repeat_interleave(
+            att.n_heads // att.kv_heads, 1)  # fmt: skip
+        n = q.shape[2]
+        s = q @ k.transpose(-1, -2) * att.qk_head_dim**-0.5
+        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        ok = (j <= i) & ((i - j < att.window) if att.window else True)
+        p = torch.softmax(s.masked_fill(~ok, -math.inf), -1)
+        ent = -(torch.where(p > 0, p * p.log(), torch.zeros_like(p))).sum(-1)  # [b, h, n]
+        out[layer] = ent.mean((0, 2))
+    return out
+
+
+def test_attention_entropy_matches_dense_probabilities():
+    torch.manual_seed(0)
+    net = Transformer(tiny_config(vocab_size=264))
+    model = HeadprobeModel(net, ByteTokenizer(), "tiny")
+    ids = torch.randint(0, 256, (2, 30))
+    frame = attention_entropy(model, ids)
+    want = dense_entropy_per_head(net, ids)
+    for _, row in frame.iterrows():
+        assert row["value"] == pytest.approx(float(want[row["layer"]][row["head"]]), abs=1e-5)
+    assert list(frame.columns[:4]) == ["layer", "head", "layer_type", "value"]
+    assert set(frame.layer_type) == {"sliding", "full"} and len(frame) == 3 * 4 + 2
+    both = head_statistics(model, ids)
+    assert np.allclose(both["entropy"]["value"], frame["value"])
+    assert ((both["reordering"]["value"] >= 0) & (both["reordering"]["value"] <= 1)).all()
+
+
+def test_rows_restrict_the_average():
+    torch.manual_seed(0)
+    net = Transformer(tiny_config(vocab_size=264))
+    model = HeadprobeModel(net, ByteTokenizer(), "tiny")
+    ids = torch.randint(0, 256, (1, 30))
+    last = attention_entropy(model, ids, rows=parse_rows("last:1", 30))
+    _, cache = net.run_with_cache(ids)
+    q = cache["blocks.3.attn.hook_rot_q"].transpose(1, 2)[:, :, -1:]
+    k = cache["blocks.3.attn.hook_rot_k"].transpose(1, 2)
+    p = torch.softmax((q @ k.transpose(-1, -2)).double() * 16**-0.5, -1)
+    want = -(p * p.log()).sum(-1)[0, :, 0]
+    got = last[last.layer == 3].sort_values("head")["value"].to_numpy()
+    assert np.allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_parse_rows():
+    assert parse_rows("all", 10) is None and parse_rows(None, 10) is None
+    assert parse_rows("last:3", 10).tolist() == [7, 8, 9]
+    assert parse_rows("stride:4", 10).tolist() == [1, 5, 9]
+    assert parse_rows("last:50", 10).tolist() == list(range(10))
+    for bad in ("first:3", "last:", "stride:0", "last:-2", "everything"):
+        with pytest.raises(ValueError, match="--rows"):
+            parse_rows(bad, 10)
+
+
+def test_residual_effective_rank_pools_positions_like_a_direct_computation():
+    torch.manual_seed(0)
+    net = Transformer(tiny_config(vocab_size=264))
+    model = HeadprobeModel(net, ByteTokenizer(), "tiny")
+    ids = torch.randint(0, 256, (2, 25))
+    frame = residual_effective_rank(model, ids)
+    _, cache = net.run_with_cache(ids)
+    assert frame.layer.tolist() == [-1, 0, 1, 2, 3] and frame.site.tolist()[0] == "embed"
+    for _, row in frame.iterrows():
+        name = "hook_embed" if row["layer"] < 0 else f"blocks.{row['layer']}.hook_resid_post"
+        x = cache[name].reshape(-1, 32).double().numpy()
+        assert row["value"] == pytest.approx(numpy_erank(x, True), rel=1e-6)
+        assert row["uncentered"] == pytest.approx(numpy_erank(x, False), rel=1e-6)
+        assert row["tokens"] == 50
+
+
+def test_rouge1_recall():
+    assert rouge1_recall("a spoonful of black pepper", "It is a spoonful of black pepper!") == 1.0
+    assert rouge1_recall("a spoonful of black pepper", "black pepper") == pytest.approx(2 / 5)
+    assert rouge1_recall("amber falcon seventeen", "Amber, FALCON...") == pytest.approx(2 / 3)
+
+
+def test_needle_prompt_places_the_answer():
+    tok = ByteTokenizer()
+    for depth in (0.0, 50.0, 100.0):
+        p = needle_prompt(tok, NEEDLES[1], 600, depth)
+        assert p.length == 600
+        assert tok.decode(p.ids[p.answer_start : p.answer_end]) == NEEDLES[1].answer
+        assert tok.decode(p.ids).endswith("Question: " + NEEDLES[1].question + "\nAnswer:")
+    starts = [needle_prompt(tok, NEEDLES[0], 800, d).answer_start for d in (0.0, 50.0, 100.0)]
+    assert starts[0] < 100 < starts[1] < starts[2] and starts[2] > 600
+    ids = text_inputs(tok, 300, 2)
+    assert ids.shape == (2, 300) and not torch.equal(ids[0], ids[1]) and ids[0, 0] == tok.bos_id
+
+
+class CopyModel(ProbedModel):
+    """A hand-built two-layer model. Layer 1 head 0 has one-hot positional queries and keys with
+    q_t = 50 * e(answer_start + t) and k_j = e(j), so at decode step t its argmax is the t-th answer
+    token, which the model emits; after the answer it attends just past it and emits a newline.
+    Layer 1 head 1 and layer 0 (a sliding window of 8) have zero queries: their argmax is the first
+    visible key, never the answer. ``fail_depths`` makes it answer with noise instead."""
+
+    def __init__(self, fail_depths=()):
+        self.name, self.tokenizer, self.device = "copy", ByteTokenizer(), torch.device("cpu")
+        self.layers = [LayerInfo(0, "sliding", 2, 2, 2048, 8), LayerInfo(1, "full", 2, 2, 2048, None)]
+        self.max_positions = 2048
+        self.fail_depths = fail_depths
+        self.target: tuple[int, int] | None = None
+
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+        ids = prompt_ids[0].tolist()
+        start, end = _answer_span(ids)
+        depth_fails = any(abs(start / len(ids) * 100 - d) < 15 for d in self.fail_depths)
+        out = []
+        for step in range(max_new_tokens):
+            n = len(ids) + step  # keys in the cache: prompt + generated so far (the query is the last)
+            k = torch.eye(2048)[:n]
+            q = torch.zeros(2, 1, 2048)
+            q[0, 0, min(start + step, n - 1)] = 50.0
+            token = ids[start + step] if start + step < end else 10  # newline after the answer
+            if depth_fails:
+                token = ord("x") if step < end - start else 10
+            out.append(token)
+            for layer, window in ((0, 8), (1, None)):
+                kk = k if window is None else k[max(0, n - window) :]
+                qq = q if layer == 1 else torch.zeros_like(q)
+                probe(step, token, AttentionCall(layer, "sliding" if window else "full", qq[None], kk[None, None]
+                                                 .expand(1, 2, -1, -1), window, 1.0, n - kk.shape[0]))  # fmt: skip
+            if stop_ids and token in stop_ids:
+                break
+        return out
+
+
+def _answer_span(ids):
+    tok = ByteTokenizer()
+    text = tok.decode(ids)
+    for needle in NEEDLES:
+        at = text.find(needle.answer)
+        if at >= 0 and needle.question in text:
+            return at + 1, at + 1 + len(needle.answer)  # +1: the BOS token precedes the text
+    raise AssertionError("no needle in prompt")
+
+
+def test_retrieval_score_of_a_head_that_provably_copies():
+    frame = retrieval_scores(CopyModel(), needles=NEEDLES[:2], lengths=[400, 700], depths=[20.0, 60.0])
+    by_head = {(r.layer, r.head): r.value for r in frame.itertuples()}
+    assert by_head[(1, 0)] == pytest.approx(1.0)
+    assert by_head[(1, 1)] == 0.0 and by_head[(0, 0)] == 0.0 and by_head[(0, 1)] == 0.0
+    samples = frame.attrs["samples"]
+    assert len(samples) == 8 and samples.kept.all() and (frame.n_kept == 8).all()
+    heads = retrieval_heads(frame).set_index("layer_type")
+    assert heads.loc["all", "retrieval_heads"] == 1 and heads.loc["full", "fraction"] == 0.5
+    assert heads.loc["sliding", "retrieval_heads"] == 0
+
+
+def test_failed_samples_are_excluded_not_counted_as_zero():
+    frame = retrieval_scores(CopyModel(fail_depths=[60.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0, 60.0])
+    samples = frame.attrs["samples"]
+    assert samples.kept.tolist() == [True, False]
+    row = frame[(frame["layer"] == 1) & (frame["head"] == 0)].iloc[0]
+    assert row.value == pytest.approx(1.0) and row.n_kept == 1 and row.n_samples == 2
+    none = retrieval_scores(CopyModel(fail_depths=[20.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0])
+    assert none.value.isna().all() and (none.n_kept == 0).all()

@@ -1,0 +1,102 @@
+"""load_model for our checkpoints and local Hugging Face models; the TransformerLens peer check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from headprobe.models import HeadprobeModel, HFModel, ModelLoadError, load_model
+from headprobe.stats import attention_stats
+from headprobe.toy_hf import ARCHS, build_toy_hf_model
+from trainer.checkpoint import save_checkpoint
+from trainer.model import Transformer
+
+
+@pytest.fixture(scope="module")
+def hf_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return {a: build_toy_hf_model(a, root / a, layers=6 if a == "gemma3" else 4) for a in ARCHS}
+
+
+def test_our_checkpoint(tmp_path):
+    net = Transformer(tiny_config(vocab_size=264))
+    save_checkpoint(net, tmp_path / "ck")
+    model = load_model(tmp_path / "ck")
+    assert isinstance(model, HeadprobeModel)
+    assert [(i.layer_type, i.window, i.n_heads, i.qk_dim) for i in model.layers] == [("sliding", 5, 4, 8)] * 3 + [
+        ("full", None, 2, 16)]  # fmt: skip
+    ids = torch.randint(0, 256, (1, 20))
+    calls, resid = [], {}
+    model.run(ids, probe=calls.append, residual=lambda layer, x: resid.__setitem__(layer, x))
+    _, cache = model.model.run_with_cache(ids)
+    for c in calls:
+        torch.testing.assert_close(c.q, cache[f"blocks.{c.layer}.attn.hook_rot_q"].transpose(1, 2))
+    torch.testing.assert_close(resid[-1], cache["hook_embed"])
+    torch.testing.assert_close(resid[3], cache["blocks.3.hook_resid_post"])
+    assert model.decode(ids, 6) == model.model.generate(ids, 6)[0].tolist()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hf_model_matches_eager_and_generate(hf_models, arch):
+    from transformers import AutoModelForCausalLM
+
+    model = load_model(hf_models[arch])
+    assert isinstance(model, HFModel)
+    eager = AutoModelForCausalLM.from_pretrained(str(hf_models[arch]), local_files_only=True,
+                                                 attn_implementation="eager").eval()  # fmt: skip
+    ids = torch.randint(3, 512, (1, 40))  # longer than the window (8): sliding layers must cut
+    with torch.no_grad():
+        torch.testing.assert_close(model.hf(input_ids=ids).logits, eager(input_ids=ids).logits, atol=1e-5, rtol=1e-4)
+    assert model.decode(ids, 8) == eager.generate(ids, max_new_tokens=8, do_sample=False)[0, 40:].tolist()
+    windows = {"llama": [None] * 4, "mistral": [8] * 4, "qwen2": [8, 8, 8, None], "gemma3": [8] * 5 + [None]}
+    assert [i.window for i in model.layers] == windows[arch]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_entropy_equals_transformerlens_dense_pattern(hf_models, arch):
+    """The peer reference: TransformerLens' bridge materialises hook_pattern on the same local model."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    bridge = TransformerBridge.boot_transformers(str(hf_models[arch]), device="cpu")
+    ids = torch.randint(3, 512, (1, 40))
+    _, cache = bridge.run_with_cache(ids)
+    model = load_model(hf_models[arch])
+    ours = {}
+    model.run(ids, probe=lambda c: ours.__setitem__(c.layer, attention_stats(c.q, c.k, window=c.window,
+                                                                            scale=c.scale).entropy))  # fmt: skip
+    assert set(ours) == set(range(len(model.layers)))
+    for layer, entropy in ours.items():
+        p = cache[f"blocks.{layer}.attn.hook_pattern"].double()
+        dense = -(torch.where(p > 0, p * p.log(), torch.zeros_like(p))).sum(-1)
+        torch.testing.assert_close(entropy.double(), dense, atol=1e-5, rtol=0)
+
+
+def test_hf_residual_and_key_positions_during_decoding(hf_models):
+    model = load_model(hf_models["qwen2"])
+    ids = torch.randint(3, 512, (1, 30))
+    resid = {}
+    model.run(ids, residual=lambda layer, x: resid.__setitem__(layer, x))
+    with torch.no_grad():
+        hidden = model.hf(input_ids=ids, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(resid[-1], hidden[0])
+    torch.testing.assert_close(resid[2], hidden[3])
+    seen = []
+    model.decode(
+        ids, 3, probe=lambda step, token, call: seen.append((step, call.layer, call.key_start, call.k.shape[2]))
+    )
+    # every step's query sits at the last key: key_start + k_len == position + 1
+    for step, _layer, start, k_len in seen:
+        assert start + k_len == 30 + step
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match=r"config\.json is missing"):
+        load_model(tmp_path / "empty")
+    save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ck")
+    (tmp_path / "ck" / "model.safetensors").write_bytes(b"junk")
+    with pytest.raises(ModelLoadError, match="truncated or corrupted"):
+        load_model(tmp_path / "ck")
