@@ -68,7 +68,7 @@ def kendall_reordering(topk_idx: Tensor) -> Tensor:
     return torch.where(n >= 2, discordant / pairs.clamp(min=1), torch.full_like(pairs, math.nan))
 
 
-class _HeadAccumulator:
+class HeadAccumulator:
     """Running per-(layer, head) sums of row statistics over samples."""
 
     def __init__(self) -> None:
@@ -89,70 +89,94 @@ class _HeadAccumulator:
         return (s / c.clamp(min=1)).where(c > 0, torch.tensor(math.nan, dtype=torch.float64)).numpy()
 
 
-def _stat_pass(
-    model: ProbedModel, input_ids: Tensor, rows: Tensor | None, topk: int, acc: _HeadAccumulator, reorder: bool
-) -> None:
-    def probe(call: AttentionCall) -> None:
-        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=rows, topk=topk)
-        acc.add(call.layer, "entropy", st.entropy)
-        acc.add(call.layer, "norm_entropy", st.norm_entropy)
-        acc.add(call.layer, "max_prob", st.max_prob)
-        acc.add(call.layer, "mean_distance", st.mean_distance)
-        if reorder:
-            acc.add(call.layer, "reordering", kendall_reordering(st.topk_idx))
-
-    model.run(input_ids, probe=probe)
-
-
-def _head_frame(model: ProbedModel, acc: _HeadAccumulator, value: str, extra: dict[str, str]) -> pd.DataFrame:
+def _head_frame(model: ProbedModel, acc: HeadAccumulator, value: str, extra: dict[str, str]) -> pd.DataFrame:
     records = []
     for info in model.layers:
         columns = {name: acc.mean(info.index, src) for name, src in {"value": value, **extra}.items()}
         for head in range(info.n_heads):
             records.append(
-                {
-                    "layer": info.index,
-                    "head": head,
-                    "layer_type": info.layer_type,
-                    **{name: float(col[head]) for name, col in columns.items()},
-                }
+                {"layer": info.index, "head": head, "layer_type": info.layer_type}
+                | {name: float(col[head]) for name, col in columns.items()}
             )
     return pd.DataFrame.from_records(records)
+
+
+_ENTROPY_EXTRA = {"norm_value": "norm_entropy", "max_prob": "max_prob", "mean_distance": "mean_distance"}
+
+
+class StreamingAnalysis:
+    """One forward pass per input feeds every requested statistic; nothing ``L x L`` is kept.
+
+    Args:
+        model: the model to probe.
+        rows: query indices to analyse (``None`` = all).
+        k: top-k size for token reordering (0 = skip reordering).
+        heads: collect per-head attention statistics.
+        residual: accumulate residual-stream Gram matrices for effective rank (into ``grams``, which
+            may be shared between analyses to pool inputs).
+    """
+
+    def __init__(
+        self,
+        model: ProbedModel,
+        rows: Tensor | None = None,
+        k: int = 16,
+        heads: bool = True,
+        residual: bool = False,
+        grams: dict[int, GramAccumulator] | None = None,
+    ) -> None:
+        self.model, self.rows, self.k = model, rows, k
+        self.heads, self.residual = heads, residual
+        self.acc = HeadAccumulator()
+        self.grams = grams if grams is not None else {}
+
+    def add(self, input_ids: Tensor) -> StreamingAnalysis:
+        rows, k, acc = self.rows, self.k, self.acc
+
+        def probe(call: AttentionCall) -> None:
+            st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=rows, topk=k)
+            for name in ("entropy", "norm_entropy", "max_prob", "mean_distance"):
+                acc.add(call.layer, name, getattr(st, name))
+            if k:
+                acc.add(call.layer, "reordering", kendall_reordering(st.topk_idx))
+
+        def residual(layer: int, x: Tensor) -> None:
+            x = x if rows is None else x[:, rows.to(x.device)]
+            self.grams.setdefault(layer, GramAccumulator()).add(x)
+
+        self.model.run(input_ids, probe=probe if self.heads else None, residual=residual if self.residual else None)
+        return self
+
+    def entropy(self) -> pd.DataFrame:
+        return _head_frame(self.model, self.acc, "entropy", _ENTROPY_EXTRA)
+
+    def reordering(self) -> pd.DataFrame:
+        return _head_frame(self.model, self.acc, "reordering", {})
+
+    def erank(self) -> pd.DataFrame:
+        return erank_frame(self.model, self.grams)
 
 
 def head_statistics(
     model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None, k: int = 16
 ) -> dict[str, pd.DataFrame]:
     """Entropy and token reordering from one pass: ``{"entropy": ..., "reordering": ...}``."""
-    acc = _HeadAccumulator()
-    _stat_pass(model, input_ids, rows, k, acc, reorder=True)
-    return {
-        "entropy": _head_frame(
-            model,
-            acc,
-            "entropy",
-            {"norm_value": "norm_entropy", "max_prob": "max_prob", "mean_distance": "mean_distance"},
-        ),
-        "reordering": _head_frame(model, acc, "reordering", {}),
-    }
+    run = StreamingAnalysis(model, rows, k).add(input_ids)
+    return {"entropy": run.entropy(), "reordering": run.reordering()}
 
 
 def attention_entropy(model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
     """Mean attention entropy (nats) per head over the analysed rows of every input; ``norm_value`` is the
     mean of entropy / log(visible keys). Also ``max_prob`` and ``mean_distance`` means."""
-    acc = _HeadAccumulator()
-    _stat_pass(model, input_ids, rows, 0, acc, reorder=False)
-    return _head_frame(
-        model, acc, "entropy", {"norm_value": "norm_entropy", "max_prob": "max_prob", "mean_distance": "mean_distance"}
-    )
+    return StreamingAnalysis(model, rows, k=0).add(input_ids).entropy()
 
 
 def token_reordering(model: ProbedModel, input_ids: Tensor, k: int = 16, rows: Tensor | None = None) -> pd.DataFrame:
     """Mean normalised Kendall distance between each row's top-``k`` attention order and recency order
     (0 = follows recency, 0.5 = unrelated, 1 = reversed)."""
-    acc = _HeadAccumulator()
-    _stat_pass(model, input_ids, rows, k, acc, reorder=True)
-    return _head_frame(model, acc, "reordering", {})
+    if k < 2:
+        raise ValueError("token reordering needs k >= 2")
+    return StreamingAnalysis(model, rows, k).add(input_ids).reordering()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,7 +202,7 @@ def effective_rank(x: Tensor, center: bool = True) -> float:
     return _erank_from_gram(x.T @ x)
 
 
-class _GramAccumulator:
+class GramAccumulator:
     """``X^T X``, column sums and row count of one layer's residual stream, accumulated in float64."""
 
     def __init__(self) -> None:
@@ -201,17 +225,8 @@ class _GramAccumulator:
         return _erank_from_gram(self.gram - self.n * torch.outer(mean, mean))
 
 
-def residual_effective_rank(model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
-    """Effective rank of the residual stream after the embedding (``layer = -1``, ``site = "embed"``)
-    and after every block (``site = "block_out"``), pooling the analysed positions of all inputs.
-    ``value`` is centred, ``uncentered`` is not."""
-    grams: dict[int, _GramAccumulator] = {}
-
-    def residual(layer: int, x: Tensor) -> None:
-        x = x if rows is None else x[:, rows.to(x.device)]
-        grams.setdefault(layer, _GramAccumulator()).add(x)
-
-    model.run(input_ids, residual=residual)
+def erank_frame(model: ProbedModel, grams: dict[int, GramAccumulator]) -> pd.DataFrame:
+    """One row per residual site: the embedding output (``layer = -1``) and every block's output."""
     types = {info.index: info.layer_type for info in model.layers}
     return pd.DataFrame.from_records(
         {
@@ -224,6 +239,13 @@ def residual_effective_rank(model: ProbedModel, input_ids: Tensor, rows: Tensor 
         }
         for layer, acc in sorted(grams.items())
     )
+
+
+def residual_effective_rank(model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
+    """Effective rank of the residual stream after the embedding (``layer = -1``, ``site = "embed"``)
+    and after every block (``site = "block_out"``), pooling the analysed positions of all inputs.
+    ``value`` is centred, ``uncentered`` is not."""
+    return StreamingAnalysis(model, rows, k=0, heads=False, residual=True).add(input_ids).erank()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""headprobe analyze: result files, summary, resume, failure isolation and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny_config
+from test_metrics import dense_entropy_per_head
+from typer.testing import CliRunner
+
+import headprobe.analyze as analyze_mod
+from headprobe.analyze import AnalyzeSettings, analyze, read_meta
+from headprobe.cli import app
+from headprobe.haystack import text_inputs
+from headprobe.toy_hf import build_toy_hf_model
+from trainer.checkpoint import load_checkpoint, save_checkpoint
+from trainer.model import Transformer
+from trainer.tokenizer import ByteTokenizer
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpts")
+    torch.manual_seed(0)
+    ours = save_checkpoint(Transformer(tiny_config(vocab_size=264)), root / "tiny")
+    hf = build_toy_hf_model("qwen2", root / "qwen2", layers=4)
+    return ours, hf
+
+
+def settings(**kw) -> AnalyzeSettings:
+    base = dict(lengths=[256, 320], samples=2, max_new_tokens=4)
+    base.update(kw)
+    return AnalyzeSettings(**base)
+
+
+def test_results_and_summary(tmp_path, checkpoints):
+    ours, hf = checkpoints
+    result = analyze([ours, hf], tmp_path, settings(), progress=False)
+    assert set(result["checkpoints"]) == {"tiny", "qwen2"} and not result["errors"]
+    folder = tmp_path / "tiny"
+    entropy = pd.read_parquet(folder / "entropy.parquet")
+    assert {"layer", "head", "layer_type", "value", "norm_value", "length", "sample"} <= set(entropy.columns)
+    assert len(entropy) == 2 * 2 * 14  # lengths x samples x heads
+    net, _ = load_checkpoint(ours)
+    for length in (256, 320):
+        ids = text_inputs(ByteTokenizer(), length, 2)
+        for sample in range(2):
+            want = dense_entropy_per_head(net, ids[sample : sample + 1])
+            part = entropy[(entropy["length"] == length) & (entropy["sample"] == sample)]
+            for r in part.itertuples():
+                assert r.value == pytest.approx(float(want[r.layer][r.head]), abs=1e-5)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["settings"]["lengths"] == [256, 320] and "torch" in summary["versions"] and summary["command"]
+    retrieval = pd.read_parquet(folder / "retrieval.parquet")
+    for length, part in retrieval.groupby("length"):
+        counted = int((part["value"] >= 0.1).sum())
+        assert summary["metrics"]["retrieval"][str(length)]["retrieval_heads"]["all"]["count"] == counted
+    erank = pd.read_parquet(folder / "erank.parquet")
+    assert erank[erank["length"] == 320]["layer"].tolist() == [-1, 0, 1, 2, 3]
+    per_layer = summary["metrics"]["erank"]["320"]["per_layer"]
+    assert per_layer["0"] == pytest.approx(
+        float(erank[(erank["length"] == 320) & (erank["layer"] == 0)]["value"].iloc[0])
+    )
+    mean = entropy[entropy["length"] == 320].groupby("layer_type")["value"].mean()
+    assert summary["metrics"]["entropy"]["320"]["by_layer_type"]["full"] == pytest.approx(mean["full"])
+    assert read_meta(folder / "entropy.parquet")["samples"] == 2  # the settings travel with the table
+    assert len(pd.read_parquet(folder / "retrieval_samples.parquet")) == 4
+    assert json.loads((tmp_path / "summary.json").read_text())["checkpoints"]["qwen2"]["name"] == "qwen2"
+
+
+def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoints, monkeypatch):
+    ours, _ = checkpoints
+    analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]), progress=False)
+    before = pd.read_parquet(tmp_path / "tiny" / "entropy.parquet")
+
+    def boom(*args, **kwargs):
+        raise AssertionError("finished work was redone")
+
+    monkeypatch.setattr(analyze_mod, "_attention_items", boom)
+    monkeypatch.setattr(analyze_mod, "retrieval_sample", boom)
+    analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]), progress=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
+    with pytest.raises(AssertionError, match="redone"):  # other settings: the items are computed again
+        analyze([ours], tmp_path, settings(metrics=["entropy"], rows="last:8"), progress=False)
+
+
+def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch):
+    ours, _ = checkpoints
+    real = analyze_mod.retrieval_sample
+    calls = []
+
+    def interrupt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 2:  # first length done, then Ctrl-C during the second
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analyze_mod, "retrieval_sample", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]), progress=False)
+    parts = sorted(p.name for p in (tmp_path / "tiny" / "parts").iterdir())
+    assert parts == [
+        "entropy-256.parquet",
+        "entropy-320.parquet",
+        "retrieval-256.parquet",
+        "retrieval_samples-256.parquet",
+    ]
+    assert not (tmp_path / "tiny" / "retrieval.parquet").exists()  # no half-assembled tables
+    monkeypatch.setattr(analyze_mod, "retrieval_sample", real)
+    analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]), progress=False)
+    assert set(pd.read_parquet(tmp_path / "tiny" / "retrieval.parquet")["length"]) == {256, 320}
+
+
+def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkpoints):
+    ours, hf = checkpoints
+    res = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(tmp_path / "missing"),
+            str(ours),
+            "--lengths",
+            "48",
+            "--samples",
+            "1",
+            "--metrics",
+            "entropy",
+            "--out",
+            str(tmp_path / "a"),
+            "--no-progress",
+        ],
+        env={"COLUMNS": "300"},
+    )
+    assert res.exit_code == 1 and "does not exist" in res.output
+    assert (tmp_path / "a" / "tiny" / "entropy.parquet").exists() and not (tmp_path / "a" / "missing").exists()
+    res = runner.invoke(
+        app,
+        ["analyze", str(ours), "--lengths", "64", "--out", str(tmp_path / "d"), "--no-progress"],
+        env={"COLUMNS": "300"},
+    )
+    assert res.exit_code == 1 and "too short for the needle" in res.output and not (tmp_path / "d").exists()
+    for args, match in [
+        (["--metrics", "entropy,attention"], "unknown metric"),
+        (["--rows", "last:x"], "--rows"),
+        (["--lengths", "4,8"], "at least 16"),
+    ]:
+        res = runner.invoke(app, ["analyze", str(ours), "--out", str(tmp_path / "b"), *args], env={"COLUMNS": "300"})
+        assert res.exit_code == 2 and match in res.output, res.output
+        assert not (tmp_path / "b").exists()
+    res = runner.invoke(
+        app,
+        ["analyze", str(hf), "--lengths", "300000", "--out", str(tmp_path / "c"), "--no-progress"],
+        env={"COLUMNS": "300"},
+    )
+    assert res.exit_code == 1 and "exceed the model's 262,144 positions" in res.output
+    assert not (tmp_path / "c").exists()
+
+
+def test_memory_estimate_refuses_with_a_hint(tmp_path, checkpoints):
+    ours, _ = checkpoints
+    res = runner.invoke(
+        app,
+        [
+            "analyze",
+            str(ours),
+            "--lengths",
+            "65536",
+            "--memory-limit",
+            "0.5",
+            "--out",
+            str(tmp_path / "m"),
+            "--no-progress",
+        ],
+        env={"COLUMNS": "300"},
+    )
+    assert res.exit_code == 1
+    assert "needs about" in res.output and "GiB" in res.output and "--rows" in res.output
+    assert not (tmp_path / "m").exists()
+    small = analyze_mod.estimate_memory(analyze_mod.load_model(ours), 4096, settings(rows="last:64"))
+    big = analyze_mod.estimate_memory(analyze_mod.load_model(ours), 4096, settings())
+    assert small.statistics < big.statistics
