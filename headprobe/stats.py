@@ -19,7 +19,9 @@ the work is ``O(rows x visible keys x dim)`` and the extra memory ``O(heads x ro
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -69,6 +71,108 @@ def _default_chunk(heads: int, rows: int, device: torch.device) -> int:
     return max(64, min(8192, budget // max(1, heads * min(rows, 1024))))
 
 
+COMPILE_THRESHOLD = 1 << 26  # rows x keys (e.g. 8K x 8K)
+_NEG = -1e30  # stands in for -inf on masked scores: exp underflows to 0 and products stay finite
+
+
+def _tile_core(
+    s: Tensor,
+    visible: Tensor | None,
+    m: Tensor,
+    l: Tensor,
+    a: Tensor,
+    d: Tensor,
+    kpos: Tensor,
+    pos: Tensor,
+    indicator: Tensor | None,
+) -> tuple[Tensor, ...]:
+    """One online-softmax step over a tile: scores ``s [b, h, r, c]``, running ``m, l, a, d [b, h, r]``.
+
+    Returns the new ``m, l, a, d``, the tile's max and first argmax (tile-relative), and the tile's
+    unnormalised mass on each span (``indicator [c, n_spans]``), all in the new max's frame.
+    Pure tensor code, so ``torch.compile`` can fuse it into a single pass over the tile.
+    """
+    if visible is not None:
+        s = s.masked_fill(~visible, _NEG)
+    tile_max, tile_arg = s.max(dim=-1)  # first occurrence on ties
+    new_m = torch.maximum(m, tile_max)
+    rel = s - new_m[..., None]
+    e = torch.exp(rel)
+    if visible is not None:  # rows with nothing visible yet have new_m = _NEG, where exp(rel) = 1
+        e = e.masked_fill(~visible, 0.0)
+    alpha = torch.exp(m - new_m)
+    tile_l = e.sum(-1)
+    a = alpha * (a + (m - new_m) * l) + (e * rel).sum(-1)
+    l = alpha * l + tile_l
+    d = alpha * d + pos * tile_l - (e * kpos).sum(-1)
+    span_part = e @ indicator if indicator is not None else None
+    return new_m, l, a, d, tile_max, tile_arg, span_part
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_core() -> Callable[..., tuple[Tensor, ...]]:
+    return torch.compile(_tile_core, dynamic=True)
+
+
+class _Running:
+    """The online-softmax accumulators of one block of rows (see the module docstring)."""
+
+    def __init__(self, b: int, h: int, r: int, n_spans: int, topk: int, dtype: torch.dtype, device) -> None:
+        def zeros(*shape):
+            return torch.zeros(*shape, dtype=dtype, device=device)
+
+        self.m = torch.full((b, h, r), _NEG, dtype=dtype, device=device)
+        self.l, self.a, self.d, self.s = zeros(b, h, r), zeros(b, h, r), zeros(b, h, r), zeros(b, h, r, n_spans)
+        self.arg = torch.zeros(b, h, r, dtype=torch.long, device=device)
+        self.topk = topk
+        self.top_s = torch.full((b, h, r, topk), -math.inf, dtype=dtype, device=device)
+        self.top_i = torch.full((b, h, r, topk), -1, dtype=torch.long, device=device)
+
+    def update(
+        self,
+        s: Tensor,
+        visible: Tensor | None,
+        kpos: Tensor,
+        pos: Tensor,
+        spans: list[tuple[int, int]],
+        core: Callable[..., tuple[Tensor, ...]],
+    ) -> None:
+        """Fold in one tile of scores ``s [b, h, r, c]`` (``visible [r, c]``, ``None`` = all) at key
+        positions ``kpos [c]`` for rows at ``pos [r]``; ``core`` is :func:`_tile_core` (maybe compiled)."""
+        t0, t1 = int(kpos[0]), int(kpos[-1]) + 1
+        if self.topk:
+            masked = s if visible is None else s.masked_fill(~visible, -math.inf)
+            ts, ti = masked.topk(min(self.topk, t1 - t0), dim=-1)
+            top_s, pick = torch.cat([self.top_s, ts], dim=-1).topk(self.topk, dim=-1)
+            self.top_i = torch.cat([self.top_i, ti + t0], dim=-1).gather(-1, pick)
+            self.top_s = top_s
+        indicator = None
+        if spans:
+            indicator = torch.stack([(kpos >= a) & (kpos < z) for a, z in spans], dim=-1).to(s.dtype)  # [c, n]
+        new_m, self.l, self.a, self.d, tile_max, tile_arg, span_part = core(
+            s, visible, self.m, self.l, self.a, self.d, kpos.to(s.dtype), pos.to(s.dtype), indicator
+        )
+        if spans:
+            self.s = torch.exp(self.m - new_m)[..., None] * self.s + span_part
+        self.arg = torch.where(tile_max > self.m, tile_arg + t0, self.arg)
+        self.m = new_m
+
+    def finish(self, out: dict[str, Tensor], sel: Tensor) -> None:
+        """Write the block's final statistics into the output tensors at rows ``sel``."""
+        lse = self.m + torch.log(self.l)
+        out["lse"][..., sel] = lse
+        out["entropy"][..., sel] = torch.log(self.l) - self.a / self.l
+        out["max_prob"][..., sel] = 1 / self.l
+        out["argmax"][..., sel] = self.arg
+        out["mean_distance"][..., sel] = self.d / self.l
+        out["span_mass"][:, :, sel] = self.s / self.l[..., None]
+        if self.topk:
+            valid = torch.isfinite(self.top_s)
+            prob = torch.exp(self.top_s - lse[..., None])
+            out["topk_prob"][:, :, sel] = torch.where(valid, prob, torch.zeros_like(prob))
+            out["topk_idx"][:, :, sel] = torch.where(valid, self.top_i, torch.full_like(self.top_i, -1))
+
+
 def attention_stats(
     q: Tensor,
     k: Tensor,
@@ -79,7 +183,8 @@ def attention_stats(
     spans: list[tuple[int, int]] | None = None,
     topk: int = 16,
     chunk: int | None = None,
-    row_block: int = 1024,
+    row_block: int | None = None,
+    compile: bool | None = None,
 ) -> AttentionStats:
     """Exact attention statistics of every head for the chosen query rows (see module docstring).
 
@@ -92,7 +197,9 @@ def attention_stats(
         spans: half-open key-position ranges ``(start, end)`` whose attention mass to report.
         topk: how many top keys to keep per row (0 = none).
         chunk: key-tile width (default: sized to keep a score tile near 16 MiB).
-        row_block: query rows handled together.
+        row_block: query rows handled together (default: 1024, or about the window for sliding layers).
+        compile: fuse each tile's update with ``torch.compile`` (default: when ``rows x k_len`` is at
+            least ``COMPILE_THRESHOLD``).
 
     Returns:
         :class:`AttentionStats`; computed in float32 (float64 inputs stay float64).
@@ -123,7 +230,10 @@ def attention_stats(
         if not 0 <= start < end <= k_len:
             raise ValueError(f"span ({start}, {end}) is not a non-empty range inside [0, {k_len})")
     topk = int(topk)
-    chunk = chunk or _default_chunk(h, min(len(rows), row_block), device)
+    if compile is None:  # compiling costs seconds once; it pays off on long inputs (5-6x faster tiles)
+        compile = len(rows) * k_len >= COMPILE_THRESHOLD
+    core = _compiled_core() if compile else _tile_core
+    chunk = chunk or _default_chunk(h, min(len(rows), row_block or 1024), device)
     groups = h // hkv
     n = len(rows)
 
@@ -139,68 +249,26 @@ def attention_stats(
     }
     positions = rows + offset
     order = torch.argsort(positions)  # blocks of nearby rows share key tiles
+    if row_block is None:  # sliding windows: blocks of about half a window (measured best on CPU)
+        row_block = 1024 if window is None else max(128, min(1024, window // 2))
     for block_start in range(0, n, row_block):
         sel = order[block_start : block_start + row_block]
         pos = positions[sel]
-        lo = mask.key_range(int(pos.min()))[0]
-        hi = int(pos.max()) + 1
-        qb = q[:, :, rows[sel]].to(work)  # [b, h, r, d]
+        first, last = int(pos.min()), int(pos.max())
+        lo, hi = mask.key_range(first)[0], last + 1
         r = len(sel)
-        qg = qb.reshape(b, hkv, groups * r, dim)  # query heads of one kv head side by side
-        m = torch.full((b, h, r), -math.inf, dtype=work, device=device)
-        l_sum = torch.zeros(b, h, r, dtype=work, device=device)
-        a_sum = torch.zeros_like(l_sum)
-        d_sum = torch.zeros_like(l_sum)
-        s_sum = torch.zeros(b, h, r, len(spans), dtype=work, device=device)
-        arg = torch.zeros(b, h, r, dtype=torch.long, device=device)
-        top_s = torch.full((b, h, r, topk), -math.inf, dtype=work, device=device)
-        top_i = torch.full((b, h, r, topk), -1, dtype=torch.long, device=device)
+        # queries of one kv head side by side, with the scale folded in: [b, hkv, groups * r, d]
+        qs = (q[:, :, rows[sel]].to(work) * scale).reshape(b, hkv, groups * r, dim)
+        acc = _Running(b, h, r, len(spans), topk, work, device)
         for t0 in range(lo, hi, chunk):
             t1 = min(hi, t0 + chunk)
-            kt = k[:, :, t0:t1].to(work)  # [b, hkv, c, d]
-            s = (qg @ kt.transpose(-1, -2)).reshape(b, h, r, t1 - t0) * scale
             kpos = torch.arange(t0, t1, device=device)
-            visible = mask.visible(pos[:, None], kpos[None, :])  # [r, c]
-            s = s.masked_fill(~visible, -math.inf)
-            tile_max, _ = s.max(dim=-1)
-            new_m = torch.maximum(m, tile_max)
-            # rows with nothing visible in this tile keep new_m = m (possibly -inf): guard the exps
-            safe_m = torch.where(torch.isfinite(new_m), new_m, torch.zeros_like(new_m))
-            alpha = torch.where(torch.isfinite(m), torch.exp(m - safe_m), torch.zeros_like(m))
-            e = torch.exp(s - safe_m[..., None])  # masked entries: exp(-inf) = 0
-            rel = torch.where(visible, s - safe_m[..., None], torch.zeros_like(s))
-            shift = torch.where(torch.isfinite(m), m - safe_m, torch.zeros_like(m))
-            a_sum = alpha * (a_sum + shift * l_sum) + (e * rel).sum(-1)
-            l_sum = alpha * l_sum + e.sum(-1)
-            dist = (pos[:, None] - kpos[None, :]).to(work)
-            d_sum = alpha * d_sum + (e * dist).sum(-1)
-            for si, (start, end) in enumerate(spans):
-                a, z = max(start, t0), min(end, t1)
-                part = e[..., a - t0 : z - t0].sum(-1) if a < z else torch.zeros_like(l_sum)
-                s_sum[..., si] = alpha * s_sum[..., si] + part
-            # argmax: first position of the tile max; replaces the running one only if strictly larger
-            first = torch.where(s == tile_max[..., None], kpos, torch.full_like(kpos, hi)).min(dim=-1).values
-            arg = torch.where(tile_max > m, first, arg)
-            m = new_m
-            if topk:
-                kk = min(topk, t1 - t0)
-                ts, ti = s.topk(kk, dim=-1)  # sorted, largest first
-                cat_s = torch.cat([top_s, ts], dim=-1)
-                cat_i = torch.cat([top_i, ti + t0], dim=-1)
-                top_s, pick = cat_s.topk(topk, dim=-1)
-                top_i = cat_i.gather(-1, pick)
-        lse = m + torch.log(l_sum)
-        out["lse"][..., sel] = lse
-        out["entropy"][..., sel] = torch.log(l_sum) - a_sum / l_sum
-        out["max_prob"][..., sel] = 1 / l_sum
-        out["argmax"][..., sel] = arg
-        out["mean_distance"][..., sel] = d_sum / l_sum
-        out["span_mass"][:, :, sel] = s_sum / l_sum[..., None]
-        if topk:
-            prob = torch.exp(top_s - lse[..., None])
-            valid = torch.isfinite(top_s)
-            out["topk_prob"][:, :, sel] = torch.where(valid, prob, torch.zeros_like(prob))
-            out["topk_idx"][:, :, sel] = torch.where(valid, top_i, torch.full_like(top_i, -1))
+            # a tile every row of the block sees entirely needs no mask (most tiles of a causal pass)
+            whole = t1 - 1 <= first and (window is None or t0 >= last - window + 1)
+            visible = None if whole else mask.visible(pos[:, None], kpos[None, :])
+            s = (qs @ k[:, :, t0:t1].to(work).transpose(-1, -2)).reshape(b, h, r, t1 - t0)
+            acc.update(s, visible, kpos, pos, spans, core)
+        acc.finish(out, sel)
     n_visible = torch.minimum(positions + 1, torch.full_like(positions, window)) if window else positions + 1
     log_n = torch.log(n_visible.to(work))
     norm = torch.where(
