@@ -71,7 +71,7 @@ def _default_chunk(heads: int, rows: int, device: torch.device) -> int:
     return max(64, min(8192, budget // max(1, heads * min(rows, 1024))))
 
 
-COMPILE_THRESHOLD = 1 << 26  # rows x keys (e.g. 8K x 8K)
+COMPILE_THRESHOLD = 1 << 22  # rows x keys (e.g. 2K x 2K)
 _NEG = -1e30  # stands in for -inf on masked scores: exp underflows to 0 and products stay finite
 
 
