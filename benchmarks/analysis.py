@@ -23,12 +23,15 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BUDGET = 16 * 2**30
+KINDS = ("sdpa", "stats", "stats+top16")
+SECTIONS = ("tl", "reach", "stats")
 MODEL = dict(hidden_size=128, layers=4, heads=2, kv_heads=2, head_dim=64, vocab_size=512)
 
 
@@ -72,7 +75,10 @@ def run_headprobe(length: int) -> dict:
 
     model = load_model(_model_dir())
     ids = torch.randint(3, 512, (1, length), generator=torch.Generator().manual_seed(0))
-    attention_entropy(model, ids[:, :64])  # warm-up of the probes
+    warm = torch.randint(3, 512, (1, 4096), generator=torch.Generator().manual_seed(1))
+    t0 = time.perf_counter()
+    attention_entropy(model, warm)  # compiles the fused tile update (both variants) once per process
+    compile_s = time.perf_counter() - t0
     result = {}
 
     def step():
@@ -80,7 +86,7 @@ def run_headprobe(length: int) -> dict:
         result["entropy"] = frame.pivot(index="layer", columns="head", values="value").values.tolist()
 
     seconds, peak = measure(step, 1)
-    return {"seconds": seconds, "peak_bytes": peak, **result}
+    return {"seconds": seconds, "peak_bytes": peak, "warmup_s": compile_s, **result}
 
 
 def run_stats(length: int, kind: str) -> dict:
@@ -102,8 +108,12 @@ def run_stats(length: int, kind: str) -> dict:
     return {"seconds": seconds, "peak_bytes": peak}
 
 
-def child(args: list, timeout: float, cap: bool = False) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"}
+def child(args: list, timeout: float, cap: bool = False, for_memory: bool = True) -> dict:
+    """Run one measurement in a fresh process. ``for_memory`` mmaps large allocations so freed memory
+    leaves RSS (needed for peak readings; it slows allocation-heavy code, so timing-only runs skip it)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"}
+    if for_memory:
+        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
 
     def limit():  # 16 GiB of address space above what the interpreter starts with
         if cap:
@@ -139,6 +149,7 @@ def main() -> None:
     parser.add_argument("--reach", default="16384,32768,65536,131072")
     parser.add_argument("--stats-lengths", default="4096,8192,16384")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="which of tl,reach,stats to run")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     if args.child:
@@ -147,24 +158,47 @@ def main() -> None:
         print(json.dumps(fn(*rest)))
         return
 
-    import numpy as np
-    from _report import machine, today, write_section
+    from _report import write_section
 
     _model_dir()
-    lines = [
-        f"## Analysis engine vs TransformerLens — {today()}",
+    sections = {"tl": section_tl, "reach": section_reach, "stats": section_stats}
+    for name in args.sections.split(","):
+        body = "\n".join(sections[name](args))
+        print(body, flush=True)
+        if not args.no_write:
+            write_section(f"analysis-{name}", body)
+
+
+def _header(title: str, args, *text: str) -> list[str]:
+    from _report import machine, today
+
+    return [
+        f"## {title} — {today()}",
         "",
-        f"Machine: {machine()}. Command: `python benchmarks/analysis.py --lengths {args.lengths} --reach "
-        f"{args.reach} --stats-lengths {args.stats_lengths}`.",
+        f"Machine: {machine()}. Command: `python benchmarks/analysis.py --sections {args.sections} --lengths "
+        f"{args.lengths} --reach {args.reach} --stats-lengths {args.stats_lengths}`.",
+        *text,
+    ]
+
+
+def section_tl(args) -> list[str]:
+    import numpy as np
+
+    lines = _header(
+        "Analysis engine vs TransformerLens: per-head entropy",
+        args,
         "Model: Llama-style, random weights, built locally (4 layers, 2 heads x 64, d_model 128). Per-head mean",
         "attention entropy of one sequence. TransformerLens 4.x: `TransformerBridge.run_with_cache` keeping only",
         "`hook_pattern`, entropy from the dense patterns. headprobe: `attention_entropy` (streaming, exact).",
-        "Peak = RSS growth during the call (model already loaded). Ratios are TransformerLens / headprobe.",
+        "Peak = RSS growth during the call (model already loaded; large allocations mmapped for the reading,",
+        "which also slows allocation-heavy code a little). Ratios are TransformerLens / headprobe. headprobe's",
+        "times exclude a one-time warm-up per process (a 4K pass that compiles the fused tile update).",
         "",
         "| tokens | TL time | TL peak | headprobe time | headprobe peak | memory ratio | speed ratio "
         "| max entropy diff |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    )
+    warmups = []
     for length in [int(x) for x in args.lengths.split(",")]:
         tl = child(["tl", length], args.timeout, cap=True)
         hp = child(["headprobe", length], args.timeout, cap=True)
@@ -172,13 +206,26 @@ def main() -> None:
         if "error" in tl or "error" in hp:
             lines.append(f"| {length} | {tl.get('error', '')} | | {hp.get('error', '')} | | | | |")
             continue
+        warmups.append(hp["warmup_s"])
         diff = float(np.abs(np.array(tl["entropy"]) - np.array(hp["entropy"])).max())
         lines.append(
             f"| {length:,} | {tl['seconds']:.2f} s | {gib(tl['peak_bytes'])} | {hp['seconds']:.2f} s | "
             f"{gib(hp['peak_bytes'])} | {tl['peak_bytes'] / max(hp['peak_bytes'], 1):.1f}x | "
             f"{tl['seconds'] / hp['seconds']:.1f}x | {diff:.1e} |"
         )
-    lines += ["", "Longest length within 16 GiB (doubling from the lengths above; each run capped at 16 GiB):", ""]
+    if warmups:
+        lines += ["", f"headprobe warm-up (compile + a 4K pass): {min(warmups):.0f}-{max(warmups):.0f} s per process."]
+    return lines
+
+
+def section_reach(args) -> list[str]:
+    lines = _header(
+        "Longest context within 16 GiB: TransformerLens vs headprobe",
+        args,
+        "Same model and measurement as above, doubling the length until a run fails; each run's address space",
+        "is capped at 16 GiB above the interpreter's.",
+        "",
+    )
     for kind in ("tl", "headprobe"):
         reached, note = None, ""
         for length in [int(x) for x in (args.lengths + "," + args.reach).split(",")]:
@@ -194,16 +241,22 @@ def main() -> None:
             lines.append(f"- {name}: **{length:,} tokens** ({r['seconds']:.0f} s, peak {gib(r['peak_bytes'])}){note}")
         else:
             lines.append(f"- {name}: none{note}")
-    lines += [
-        "",
-        "Streaming statistics against one fused SDPA forward of the same shapes (1 x 2 heads x L x 64, causal;",
-        "median of 3 after a warm-up that also compiles the fused tile update):",
+    return lines
+
+
+def section_stats(args) -> list[str]:
+    lines = _header(
+        "Streaming statistics vs one SDPA forward",
+        args,
+        "`attention_stats` (every statistic but top-k; then with top-16) against one fused SDPA forward of the",
+        "same shapes: 1 x 2 heads x L x 64, causal; median of 3 after a warm-up that also compiles the fused tile",
+        "update; timing-only processes (no mmap setting).",
         "",
         "| tokens | SDPA forward | attention_stats | ratio | with top-16 | ratio |",
         "|---:|---:|---:|---:|---:|---:|",
-    ]
+    )
     for length in [int(x) for x in args.stats_lengths.split(",")]:
-        res = {kind: child(["stats", length, kind], args.timeout) for kind in ("sdpa", "stats", "stats+top16")}
+        res = {kind: child(["stats", length, kind], args.timeout, for_memory=False) for kind in KINDS}
         print(length, res, flush=True)
         base = res["sdpa"]["seconds"]
         lines.append(
@@ -211,10 +264,7 @@ def main() -> None:
             f"{res['stats']['seconds'] / base:.2f}x | {res['stats+top16']['seconds'] * 1e3:.0f} ms | "
             f"{res['stats+top16']['seconds'] / base:.2f}x |"
         )
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("analysis", body)
+    return lines
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Today it prints the planner for the paper grids, then builds every toy preset, runs a forward pass
 and greedy generation on a built-in text, checks the KV-cache decode against full re-computation,
-and prints one row per preset.
+measures each layer type's normalised attention entropy with the streaming engine, and prints one row
+per preset.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from headprobe.metrics import attention_entropy
+from headprobe.models import HeadprobeModel
 from headprobe.plan import configs_for, plan_rows, plan_table, wide_console
 from trainer.config import list_presets, preset
 from trainer.model import Transformer
@@ -55,6 +58,7 @@ def run_demo(seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: 
             gen = model.generate(prompt, new_tokens)
             gen_s = time.perf_counter() - t0
             same = torch.equal(gen, _greedy_without_cache(model, prompt, gen.shape[1]))
+        entropy = attention_entropy(HeadprobeModel(model, tok, name), ids).groupby("layer_type")["norm_value"].mean()
         cfg = model.cfg
         results.append(
             dict(
@@ -66,6 +70,8 @@ def run_demo(seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: 
                 decode_tokens_per_s=gen.shape[1] / gen_s,
                 cache_matches=same,
                 sample=tok.decode(gen[0].tolist()),
+                norm_entropy_full=float(entropy["full"]),
+                norm_entropy_sliding=float(entropy["sliding"]),
             )
         )
 
@@ -78,6 +84,7 @@ def run_demo(seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: 
         "fwd tok/s",
         "decode tok/s",
         "cached decode = full recompute",
+        "norm. entropy full / sliding",
     ):
         table.add_column(col)
     for r in results:
@@ -89,6 +96,7 @@ def run_demo(seq_len: int = 1024, new_tokens: int = 24, seed: int = 0, console: 
             f"{r['fwd_tokens_per_s']:,.0f}",
             f"{r['decode_tokens_per_s']:,.0f}",
             "yes" if r["cache_matches"] else "NO",
+            f"{r['norm_entropy_full']:.3f} / {r['norm_entropy_sliding']:.3f}",
         )
     console.print(table)
     if not all(r["cache_matches"] for r in results):

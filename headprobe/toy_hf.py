@@ -5,8 +5,9 @@ For tests, benchmarks and trying the Hugging Face route without any download::
     path = build_toy_hf_model("llama", "toy-llama")
     model = headprobe.load_model(path)
 
-Architectures: ``llama`` (full attention), ``mistral`` (every layer sliding), ``qwen2`` (sliding and
-full layers by ``layer_types``), ``gemma3`` (5:1 sliding:full, query/key norms, its own scale).
+Architectures: ``llama`` (full attention), ``mistral`` (every layer sliding), ``qwen2`` and ``qwen3``
+(sliding and full layers by ``layer_types``; qwen3 with query/key norms), ``gemma3`` (5:1
+sliding:full, query/key norms, its own scale).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-ARCHS = ("llama", "mistral", "qwen2", "gemma3")
+ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 
 
 def _tokenizer(vocab_size: int):
@@ -73,10 +74,12 @@ def build_toy_hf_model(
         cfg, cls = tf.LlamaConfig(**common), tf.LlamaForCausalLM
     elif arch == "mistral":
         cfg, cls = tf.MistralConfig(**common, sliding_window=window), tf.MistralForCausalLM
-    elif arch == "qwen2":
+    elif arch in ("qwen2", "qwen3"):
         types = ["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)]
-        cfg = tf.Qwen2Config(**common, use_sliding_window=True, sliding_window=window, layer_types=types)
-        cls = tf.Qwen2ForCausalLM
+        config_cls, cls = (
+            (tf.Qwen2Config, tf.Qwen2ForCausalLM) if arch == "qwen2" else (tf.Qwen3Config, tf.Qwen3ForCausalLM)
+        )
+        cfg = config_cls(**common, use_sliding_window=True, sliding_window=window, layer_types=types)
     else:
         types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(layers)]
         cfg = tf.Gemma3TextConfig(**common, sliding_window=window, layer_types=types, query_pre_attn_scalar=head_dim)

@@ -49,7 +49,13 @@ def test_hf_model_matches_eager_and_generate(hf_models, arch):
     with torch.no_grad():
         torch.testing.assert_close(model.hf(input_ids=ids).logits, eager(input_ids=ids).logits, atol=1e-5, rtol=1e-4)
     assert model.decode(ids, 8) == eager.generate(ids, max_new_tokens=8, do_sample=False)[0, 40:].tolist()
-    windows = {"llama": [None] * 4, "mistral": [8] * 4, "qwen2": [8, 8, 8, None], "gemma3": [8] * 5 + [None]}
+    windows = {
+        "llama": [None] * 4,
+        "mistral": [8] * 4,
+        "qwen2": [8, 8, 8, None],
+        "qwen3": [8, 8, 8, None],
+        "gemma3": [8] * 5 + [None],
+    }
     assert [i.window for i in model.layers] == windows[arch]
 
 
