@@ -69,6 +69,52 @@ def measure(fn: Callable[[], object], repeats: int) -> tuple[float, int]:
     return times[len(times) // 2], peak - base
 
 
+def run_child(
+    script: str,
+    args: list,
+    timeout: float | None = None,
+    for_memory: bool = True,
+    address_space: int | None = None,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """Run ``script --child JSON(args)`` in a fresh interpreter and parse the JSON its last line prints.
+
+    ``for_memory`` mmaps large allocations (``MALLOC_MMAP_THRESHOLD_``) so freed memory leaves RSS and
+    :func:`measure` reads true peaks (it slows allocation-heavy code, so timing-only runs turn it off).
+    ``address_space`` caps the child's virtual memory. Failures come back as ``{"error": ...}``.
+    """
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    child_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    if for_memory:
+        child_env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+
+    def limit() -> None:
+        if address_space:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, resource.RLIM_INFINITY))
+
+    try:
+        out = subprocess.run(
+            [sys.executable, script, "--child", json.dumps(args)],
+            capture_output=True,
+            text=True,
+            env=child_env,
+            timeout=timeout,
+            check=False,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
+        memory = out.returncode in (-9, 137) or "memory" in out.stderr or "alloc" in out.stderr
+        return {"error": "out of memory" if memory else tail[:100]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"

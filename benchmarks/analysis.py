@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -109,33 +106,21 @@ def run_stats(length: int, kind: str) -> dict:
 
 
 def child(args: list, timeout: float, cap: bool = False, for_memory: bool = True) -> dict:
-    """Run one measurement in a fresh process. ``for_memory`` mmaps large allocations so freed memory
-    leaves RSS (needed for peak readings; it slows allocation-heavy code, so timing-only runs skip it)."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "HF_HUB_OFFLINE": "1"}
-    if for_memory:
-        env["MALLOC_MMAP_THRESHOLD_"] = "65536"
+    """One measurement in a fresh process; ``cap`` limits it to 16 GiB of address space above the
+    interpreter's own (about 6 GiB of mappings)."""
+    from _report import run_child
 
-    def limit():  # 16 GiB of address space above what the interpreter starts with
-        if cap:
-            resource.setrlimit(resource.RLIMIT_AS, (BUDGET + 6 * 2**30, resource.RLIM_INFINITY))
-
-    try:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(args)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-            preexec_fn=limit,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if out.returncode != 0:
-        tail = (out.stderr.strip().splitlines() or ["?"])[-1]
-        memory = any(w in out.stderr for w in ("memory", "alloc")) or out.returncode in (-9, 137)
-        return {"error": "out of memory (16 GiB cap)" if memory else tail[:100]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_child(
+        __file__,
+        args,
+        timeout,
+        for_memory,
+        address_space=BUDGET + 6 * 2**30 if cap else None,
+        env={"HF_HUB_OFFLINE": "1"},
+    )
+    if result.get("error") == "out of memory":
+        result["error"] = "out of memory (16 GiB cap)"
+    return result
 
 
 def gib(b: float) -> str:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -60,23 +58,10 @@ def run_one(case: str, length: int, backend: str, mode: str) -> dict:
     return {"seconds": seconds, "peak_bytes": peak}
 
 
-def child(args: list[str], timeout: float) -> dict:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONWARNINGS": "ignore"}
-    try:
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(args)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["?"])[-1]
-        return {"error": ("out of memory" if out.returncode in (-9, 137) else last)[:80]}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def child(args: list, timeout: float) -> dict:
+    from _report import run_child
+
+    return run_child(__file__, args, timeout)
 
 
 def fmt_mem(b: float) -> str:

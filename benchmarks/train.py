@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,16 +76,12 @@ def run_bare(name: str, steps: int) -> dict:
 
 
 def child(kind: str, name: str, steps: int) -> dict:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps([kind, name, steps])],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    from _report import run_child
+
+    result = run_child(__file__, [kind, name, steps], for_memory=False)
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    return result
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import platform
 import sys
@@ -38,7 +37,7 @@ from headprobe.metrics import (
     StreamingAnalysis,
     parse_rows,
     retrieval_heads,
-    retrieval_sample,
+    score_prompts,
 )
 from headprobe.models import ModelLoadError, ProbedModel, load_model
 from trainer.atomic import atomic_write_text
@@ -247,39 +246,14 @@ def _attention_items(model: ProbedModel, length: int, s: AnalyzeSettings, todo: 
 def _retrieval_item(model: ProbedModel, length: int, s: AnalyzeSettings) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Retrieval scores at one length: ``samples`` needle prompts at evenly spaced depths, needles in turn."""
     depths = np.linspace(0, 100, s.samples).round().tolist() if s.samples > 1 else [50.0]
-    n_layers = len(model.layers)
-    total = np.zeros((n_layers, max(i.n_heads for i in model.layers)))
-    kept, records = 0, []
-    for i, depth in enumerate(depths):
-        needle = NEEDLES[i % len(NEEDLES)]
-        prompt = needle_prompt(
-            model.tokenizer,
-            needle,
-            length,
-            depth,
-            seed=s.seed + i,
-            files=[Path(f) for f in s.haystack] if s.haystack else None,
-        )
-        scores, record = retrieval_sample(model, prompt, s.max_new_tokens)
-        records.append(record | {"sample": i})
-        if record["kept"]:
-            total += scores
-            kept += 1
-    mean = total / kept if kept else np.full_like(total, math.nan)
-    frame = pd.DataFrame.from_records(
-        {
-            "layer": info.index,
-            "head": h,
-            "layer_type": info.layer_type,
-            "value": float(mean[info.index, h]),
-            "length": length,
-            "n_kept": kept,
-            "n_samples": len(depths),
-        }
-        for info in model.layers
-        for h in range(info.n_heads)
-    )
-    return frame, pd.DataFrame.from_records(records)
+    files = [Path(f) for f in s.haystack] if s.haystack else None
+    prompts = [
+        needle_prompt(model.tokenizer, NEEDLES[i % len(NEEDLES)], length, depth, seed=s.seed + i, files=files)
+        for i, depth in enumerate(depths)
+    ]
+    frame = score_prompts(model, prompts, s.max_new_tokens)
+    samples = frame.attrs.pop("samples")
+    return _tag(frame, length=length), samples
 
 
 def summarize(folder: Path, settings: AnalyzeSettings, threshold: float = 0.1) -> dict[str, Any]:

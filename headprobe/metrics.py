@@ -304,36 +304,26 @@ def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: i
     return scores, record
 
 
-def retrieval_scores(
+def score_prompts(
     model: ProbedModel,
-    needles: Sequence[Needle] | None = None,
-    lengths: Iterable[int] = (1000, 1750, 2500, 3250, 4000),
-    depths: Iterable[float] = tuple(float(d) for d in np.linspace(0, 100, 10).round()),
-    haystack: list | None = None,
+    prompts: Iterable[NeedlePrompt],
     max_new_tokens: int = 50,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> pd.DataFrame:
-    """Wu et al.'s retrieval score of every head (definition: docs/metrics.md).
-
-    One sample per ``(length, depth, needle)``; a sample counts only when the model retrieved the
-    answer (ROUGE-1 recall > 0.5). ``value`` is the mean copy score over kept samples (NaN when none
-    was kept), with ``n_kept`` and ``n_samples``; ``df.attrs["samples"]`` lists every sample.
-    """
-    needles = list(needles or NEEDLES)
-    configs = [(length, depth, needle) for length in lengths for depth in depths for needle in needles]
+    """Retrieval scores of every head over ``prompts``: the mean copy score over the samples the model
+    answered (ROUGE-1 recall > 0.5; NaN when none was), with ``n_kept`` and ``n_samples``;
+    ``df.attrs["samples"]`` lists every sample (``sample`` = its index)."""
     total = np.zeros((len(model.layers), max(i.n_heads for i in model.layers)))
     kept, records = 0, []
-    for n, (length, depth, needle) in enumerate(configs):
-        model.check_length(length + max_new_tokens)
-        prompt = needle_prompt(model.tokenizer, needle, length, depth, seed=seed, files=haystack)
+    for n, prompt in enumerate(prompts):
+        model.check_length(prompt.length + max_new_tokens)
         scores, record = retrieval_sample(model, prompt, max_new_tokens)
-        records.append(record)
+        records.append(record | {"sample": n})
         if record["kept"]:
             total += scores
             kept += 1
         if progress:
-            progress(n + 1, len(configs))
+            progress(n + 1)
     mean = total / kept if kept else np.full_like(total, math.nan)
     frame = pd.DataFrame.from_records(
         {
@@ -342,13 +332,35 @@ def retrieval_scores(
             "layer_type": info.layer_type,
             "value": float(mean[info.index, h]),
             "n_kept": kept,
-            "n_samples": len(configs),
+            "n_samples": len(records),
         }
         for info in model.layers
         for h in range(info.n_heads)
     )
     frame.attrs["samples"] = pd.DataFrame.from_records(records)
     return frame
+
+
+def retrieval_scores(
+    model: ProbedModel,
+    needles: Sequence[Needle] | None = None,
+    lengths: Iterable[int] = (1000, 1750, 2500, 3250, 4000),
+    depths: Iterable[float] = tuple(float(d) for d in np.linspace(0, 100, 10).round()),
+    haystack: list | None = None,
+    max_new_tokens: int = 50,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> pd.DataFrame:
+    """Wu et al.'s retrieval score of every head (definition: docs/metrics.md), one sample per
+    ``(length, depth, needle)`` of the sweep; see :func:`score_prompts` for the columns."""
+    needles = list(needles or NEEDLES)
+    prompts = (
+        needle_prompt(model.tokenizer, needle, length, depth, seed=seed, files=haystack)
+        for length in lengths
+        for depth in depths
+        for needle in needles
+    )
+    return score_prompts(model, prompts, max_new_tokens, progress)
 
 
 def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:

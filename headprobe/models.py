@@ -26,11 +26,13 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from trainer.attention import attention
+from trainer.kv_cache import KVCache
 from trainer.model import AttentionCall, Transformer
 from trainer.tokenizer import ByteTokenizer, HFTokenizer
 
@@ -78,6 +80,7 @@ class ProbedModel:
     ) -> None:
         raise NotImplementedError
 
+    @torch.no_grad()
     def decode(
         self,
         prompt_ids: Tensor,
@@ -85,6 +88,31 @@ class ProbedModel:
         stop_ids: list[int] | None = None,
         probe: DecodeProbe | None = None,
     ) -> list[int]:
+        """Greedy decoding of ``prompt_ids [1, n]``: prefill ``n - 1`` tokens, then one step per token
+        from the last prompt token; ``probe(step, token, call)`` sees every attention call of each step
+        together with the token that step produced. Stops after a token in ``stop_ids``."""
+        ids = prompt_ids.to(self.device)
+        state = self._prefill(ids[:, :-1])
+        token = ids[:, -1:]
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            calls: list[AttentionCall] = []
+            logits = self._step(state, token, calls.append if probe else None)
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            for call in calls:
+                probe(step, nxt, call)  # type: ignore[misc]
+            if stop_ids and nxt in stop_ids:
+                break
+            token = torch.tensor([[nxt]], device=self.device)
+        return out
+
+    def _prefill(self, ids: Tensor) -> Any:
+        """Run ``ids [1, n]`` (possibly empty) into a fresh KV cache; returns the decoding state."""
+        raise NotImplementedError
+
+    def _step(self, state: Any, token: Tensor, probe: AttentionProbe | None) -> Tensor:
+        """One token ``[1, 1]`` through the cache; returns logits ``[1, 1, vocab]``."""
         raise NotImplementedError
 
     def check_length(self, length: int) -> None:
@@ -131,29 +159,15 @@ class HeadprobeModel(ProbedModel):
         with probing, self._residual_hooks(residual):
             self.model(input_ids.to(self.device), last_only=True)
 
-    @torch.no_grad()
-    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
-        from trainer.kv_cache import KVCache
-
-        ids = prompt_ids.to(self.device)
+    def _prefill(self, ids: Tensor) -> KVCache:
         cache = KVCache(self.model.cfg)
-        if ids.shape[1] > 1:
-            self.model(ids[:, :-1], cache=cache, last_only=True)
-        token = ids[:, -1:]
-        out: list[int] = []
-        for step in range(max_new_tokens):
-            calls: list[AttentionCall] = []
-            with self.model.probe(calls.append) if probe else contextlib.nullcontext():
-                logits = self.model(token, cache=cache, last_only=True)
-            nxt = int(logits[0, -1].argmax())
-            out.append(nxt)
-            if probe:
-                for call in calls:
-                    probe(step, nxt, call)
-            if stop_ids and nxt in stop_ids:
-                break
-            token = torch.tensor([[nxt]], device=self.device)
-        return out
+        if ids.shape[1]:
+            self.model(ids, cache=cache, last_only=True)
+        return cache
+
+    def _step(self, state: KVCache, token: Tensor, probe: AttentionProbe | None) -> Tensor:
+        with self.model.probe(probe) if probe else contextlib.nullcontext():
+            return self.model(token, cache=state, last_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,32 +301,19 @@ class HFModel(ProbedModel):
         with self._probing(probe, 0, residual):
             self.hf(input_ids=input_ids.to(self.device), use_cache=False, logits_to_keep=1)
 
-    @torch.no_grad()
-    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+    def _prefill(self, ids: Tensor) -> dict[str, Any]:
         from transformers import DynamicCache
 
-        ids = prompt_ids.to(self.device)
         cache = DynamicCache(config=self.hf.config)
-        position = 0
-        if ids.shape[1] > 1:
-            self.hf(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
-            position = ids.shape[1] - 1
-        token = ids[:, -1:]
-        out: list[int] = []
-        for step in range(max_new_tokens):
-            calls: list[AttentionCall] = []
-            with self._probing(calls.append if probe else None, position, None):
-                logits = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **{self._cache_arg: cache}).logits
-            position += 1
-            nxt = int(logits[0, -1].argmax())
-            out.append(nxt)
-            if probe:
-                for call in calls:
-                    probe(step, nxt, call)
-            if stop_ids and nxt in stop_ids:
-                break
-            token = torch.tensor([[nxt]], device=self.device)
-        return out
+        if ids.shape[1]:
+            self.hf(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+        return {"cache": cache, "position": ids.shape[1]}
+
+    def _step(self, state: dict[str, Any], token: Tensor, probe: AttentionProbe | None) -> Tensor:
+        with self._probing(probe, state["position"], None):
+            out = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **{self._cache_arg: state["cache"]})
+        state["position"] += 1
+        return out.logits
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ProbedModel:

@@ -82,7 +82,7 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
         raise AssertionError("finished work was redone")
 
     monkeypatch.setattr(analyze_mod, "_attention_items", boom)
-    monkeypatch.setattr(analyze_mod, "retrieval_sample", boom)
+    monkeypatch.setattr(analyze_mod, "score_prompts", boom)
     analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]), progress=False)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
     with pytest.raises(AssertionError, match="redone"):  # other settings: the items are computed again
@@ -91,16 +91,16 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
 
 def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch):
     ours, _ = checkpoints
-    real = analyze_mod.retrieval_sample
+    real = analyze_mod.score_prompts
     calls = []
 
     def interrupt(*args, **kwargs):
         calls.append(1)
-        if len(calls) > 2:  # first length done, then Ctrl-C during the second
+        if len(calls) > 1:  # first length done, then Ctrl-C during the second
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(analyze_mod, "retrieval_sample", interrupt)
+    monkeypatch.setattr(analyze_mod, "score_prompts", interrupt)
     with pytest.raises(KeyboardInterrupt):
         analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]), progress=False)
     parts = sorted(p.name for p in (tmp_path / "tiny" / "parts").iterdir())
@@ -111,7 +111,7 @@ def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch
         "retrieval_samples-256.parquet",
     ]
     assert not (tmp_path / "tiny" / "retrieval.parquet").exists()  # no half-assembled tables
-    monkeypatch.setattr(analyze_mod, "retrieval_sample", real)
+    monkeypatch.setattr(analyze_mod, "score_prompts", real)
     analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]), progress=False)
     assert set(pd.read_parquet(tmp_path / "tiny" / "retrieval.parquet")["length"]) == {256, 320}
 
