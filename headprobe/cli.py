@@ -17,6 +17,91 @@ app = typer.Typer(
 )
 app.add_typer(train_app, name="train")
 app.add_typer(data_app, name="data")
+ruler_app = typer.Typer(help="RULER-style long-context evaluation (13 tasks, generated offline).", no_args_is_help=True)
+app.add_typer(ruler_app, name="ruler")
+shortctx_app = typer.Typer(help="Short-context multiple-choice evaluation by log-likelihood.", no_args_is_help=True)
+app.add_typer(shortctx_app, name="shortctx")
+
+
+def _error(err: Exception) -> typer.Exit:
+    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+    return typer.Exit(2)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected a comma list of integers, got {text!r}") from None
+
+
+@ruler_app.command("generate")
+def ruler_generate(
+    out: Annotated[Path, typer.Option(help="JSONL file to write")],
+    tasks: Annotated[str, typer.Option(help="all or a comma list of task names")] = "all",
+    lengths: Annotated[str, typer.Option(help="comma list of target lengths in tokens")] = "4096",
+    samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
+    tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json (the evaluated model's)")] = "byte",
+    seed: int = 42,
+    haystack_file: Annotated[list[Path] | None, typer.Option(help="text files for the essay haystack")] = None,
+    qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
+    reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
+) -> None:
+    """Generate RULER-style samples fitted to a tokenizer, one JSON object per line."""
+    from headprobe.ruler import RulerError, RulerGenerator, resolve_tasks
+    from headprobe.ruler.evaluate import qa_file_kinds
+    from trainer.atomic import atomic_write_text
+    from trainer.tokenizer import load_tokenizer
+
+    try:
+        tok = load_tokenizer(tokenizer)
+        gen = RulerGenerator(tok, seed, haystack_file or None, qa_file_kinds([str(f) for f in qa_file or []]), reserve)
+        rows = list(gen.samples(resolve_tasks(tasks), _ints(lengths), samples))
+    except (RulerError, ValueError, FileNotFoundError) as err:
+        raise _error(err) from None
+    atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
+    typer.echo(f"{out}: {len(rows)} samples")
+
+
+@ruler_app.command("eval")
+def ruler_eval(
+    checkpoint: Annotated[Path, typer.Argument(help="our checkpoint or a local Hugging Face model")],
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ruler"),
+    tasks: Annotated[str, typer.Option(help="all or a comma list of task names")] = "all",
+    lengths: Annotated[str, typer.Option(help="comma list of lengths in tokens")] = "4096",
+    samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
+    data: Annotated[Path | None, typer.Option(help="read samples from this JSONL instead of generating")] = None,
+    seed: int = 42,
+    haystack_file: Annotated[list[Path] | None, typer.Option(help="text files for the essay haystack")] = None,
+    qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
+    device: str = "cpu",
+    memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
+    progress: bool = True,
+) -> None:
+    """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores."""
+    from headprobe.analyze import AnalysisError
+    from headprobe.models import ModelLoadError
+    from headprobe.plan import wide_console
+    from headprobe.ruler import RulerError
+    from headprobe.ruler.evaluate import RulerSettings, evaluate, score_table
+
+    settings = RulerSettings(
+        tasks=[t for t in tasks.split(",") if t],
+        lengths=_ints(lengths),
+        samples=samples,
+        seed=seed,
+        haystack_files=[str(f) for f in haystack_file] if haystack_file else None,
+        qa_files=[str(f) for f in qa_file] if qa_file else None,
+        data=str(data) if data else None,
+    )
+    try:
+        scores = evaluate(
+            checkpoint, out, settings, device, int(memory_limit * 2**30) if memory_limit else None, progress
+        )
+    except (RulerError, ModelLoadError, AnalysisError, ValueError) as err:
+        raise _error(err) from None
+    wide_console().print(score_table(scores))
+    typer.echo(f"wrote {out / 'scores.json'}")
 
 
 @app.command()
@@ -49,6 +134,38 @@ def plan(
         typer.echo(json.dumps(rows, indent=2))
     else:
         wide_console().print(plan_table(rows, seq_len))
+
+
+@shortctx_app.command("eval")
+def shortctx_eval(
+    checkpoint: Annotated[Path, typer.Argument(help="our checkpoint or a local Hugging Face model")],
+    task: Annotated[
+        str, typer.Option(help="builtin, jsonl, arc, hellaswag, winogrande, race, piqa, openbookqa, commonsenseqa")
+    ] = "builtin",
+    file: Annotated[Path | None, typer.Option(help="the task's local file (original format)")] = None,
+    limit: Annotated[int | None, typer.Option(help="evaluate only the first N items")] = None,
+    out: Annotated[Path | None, typer.Option(help="write results JSON here")] = None,
+    device: str = "cpu",
+) -> None:
+    """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm)."""
+    from headprobe.models import ModelLoadError, load_model
+    from headprobe.shortctx import ShortCtxError, builtin_items, evaluate_items, load_task
+    from trainer.atomic import atomic_write_text
+
+    try:
+        if task == "builtin":
+            items = builtin_items()
+        elif file is None:
+            raise ShortCtxError(f"--task {task} needs --file with the task's local data")
+        else:
+            items = load_task(task, file)
+        result = evaluate_items(load_model(checkpoint, device=device), items[:limit], progress=True)
+    except (ShortCtxError, ModelLoadError) as err:
+        raise _error(err) from None
+    summary = {"checkpoint": str(checkpoint), "task": task, "file": str(file) if file else None, **result}
+    if out:
+        atomic_write_text(out, json.dumps(summary, indent=2) + "\n")
+    typer.echo(f"{task}: acc {result['acc']:.4f}  acc_norm {result['acc_norm']:.4f}  ({result['n']} items)")
 
 
 @app.command()

@@ -115,6 +115,10 @@ class ProbedModel:
         """One token ``[1, 1]`` through the cache; returns logits ``[1, 1, vocab]``."""
         raise NotImplementedError
 
+    def logits(self, input_ids: Tensor) -> Tensor:
+        """Next-token logits ``[batch, seq, vocab]`` of a plain forward pass (no probes)."""
+        raise NotImplementedError
+
     def check_length(self, length: int) -> None:
         """Raise when ``length`` tokens exceed the model's positions."""
         if self.max_positions is not None and length > self.max_positions:
@@ -158,6 +162,10 @@ class HeadprobeModel(ProbedModel):
         probing = self.model.probe(probe) if probe is not None else contextlib.nullcontext()
         with probing, self._residual_hooks(residual):
             self.model(input_ids.to(self.device), last_only=True)
+
+    @torch.no_grad()
+    def logits(self, input_ids: Tensor) -> Tensor:
+        return self.model(input_ids.to(self.device))
 
     def _prefill(self, ids: Tensor) -> KVCache:
         cache = KVCache(self.model.cfg)
@@ -300,6 +308,10 @@ class HFModel(ProbedModel):
     def run(self, input_ids, probe=None, residual=None):
         with self._probing(probe, 0, residual):
             self.hf(input_ids=input_ids.to(self.device), use_cache=False, logits_to_keep=1)
+
+    @torch.no_grad()
+    def logits(self, input_ids: Tensor) -> Tensor:
+        return self.hf(input_ids=input_ids.to(self.device), use_cache=False).logits
 
     def _prefill(self, ids: Tensor) -> dict[str, Any]:
         from transformers import DynamicCache

@@ -1,0 +1,240 @@
+"""``headprobe ruler eval``: run a model on RULER-style samples and score them as RULER does.
+
+Files in ``OUT``:
+
+* ``predictions/<task>-<length>.jsonl``: one line per sample (``index``, ``pred``, ``outputs``,
+  ``token_count``); appended as samples finish, so a rerun continues where it stopped;
+* ``scores.json``: score per task x length, the per-length mean over the tasks, the overall mean over
+  lengths (the "RULER-style score"), sample counts, data sources, settings and versions.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from headprobe.models import ProbedModel, load_model
+from headprobe.ruler.generate import RulerError, RulerGenerator
+from headprobe.ruler.scoring import METRICS, postprocess
+from headprobe.ruler.tasks import TASKS, resolve_tasks
+from trainer.atomic import atomic_write_text
+
+
+@dataclass
+class RulerSettings:
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    lengths: list[int] = field(default_factory=lambda: [4096])
+    samples: int = 25
+    seed: int = 42
+    haystack_files: list[str] | None = None
+    qa_files: list[str] | None = None
+    data: str | None = None
+
+
+def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
+    """Tell SQuAD (an object with ``data``) from HotpotQA (a list) by their original formats."""
+    out: dict[str, Path] = {}
+    for p in paths or []:
+        path = Path(p)
+        if not path.is_file():
+            raise RulerError(f"QA file {path} does not exist")
+        with path.open(encoding="utf-8") as f:
+            head = f.read(1 << 16).lstrip()
+        kind = "hotpotqa" if head.startswith("[") else "squad" if head.startswith("{") else None
+        if kind is None:
+            raise RulerError(f"{path} is neither SQuAD v2 (a JSON object) nor HotpotQA (a JSON list)")
+        out[kind] = path
+    return out
+
+
+def read_samples(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if not path.is_file():
+        raise RulerError(f"data file {path} does not exist")
+    samples = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            sample = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise RulerError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+        missing = {"index", "input", "outputs", "length", "answer_prefix", "task"} - set(sample)
+        if missing:
+            raise RulerError(f"{path}:{lineno}: missing RULER fields {sorted(missing)}")
+        samples.append(sample)
+    return samples
+
+
+def _done(path: Path) -> dict[int, dict[str, Any]]:
+    """Predictions already written (a torn last line from an interruption is dropped)."""
+    if not path.exists():
+        return {}
+    rows, good = {}, []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        rows[row["index"]] = row
+        good.append(line)
+    atomic_write_text(path, "".join(g + "\n" for g in good))
+    return rows
+
+
+def _check_memory(model: ProbedModel, length: int, memory_limit: int | None) -> None:
+    from headprobe.analyze import AnalysisError, AnalyzeSettings, available_memory, estimate_memory
+
+    est = estimate_memory(model, length, AnalyzeSettings(metrics=["retrieval"], rows="last:1", max_new_tokens=128))
+    budget = memory_limit or available_memory(model.device)
+    if est.total > 0.9 * budget:
+        raise AnalysisError(
+            f"{model.name} at {length:,} tokens needs about {est.describe()}, but only "
+            f"{budget / 2**30:.2f} GiB is available; use shorter --lengths or a larger machine"
+        )
+
+
+def evaluate(
+    checkpoint: str | Path,
+    out: str | Path,
+    settings: RulerSettings,
+    device: str = "cpu",
+    memory_limit: int | None = None,
+    progress: bool = True,
+    on_sample: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Generate (or read) the samples, decode greedily, score; see the module docstring."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    tasks = resolve_tasks(settings.tasks)
+    out = Path(out)
+    model = load_model(checkpoint, device=device)
+    for length in settings.lengths:
+        model.check_length(length)
+        _check_memory(model, length, memory_limit)
+    tok = model.tokenizer
+    bos = [tok.bos_id] if tok.bos_id is not None and not _is_byte(tok) else []
+    if settings.data:
+        wanted = {t.name for t in tasks}
+        samples = [s for s in read_samples(settings.data) if s["task"] in wanted and s["length"] in settings.lengths]
+        samples = [s for s in samples if s["index"] < settings.samples]
+    else:
+        gen = RulerGenerator(
+            tok,
+            settings.seed,
+            [Path(f) for f in settings.haystack_files or []] or None,
+            qa_file_kinds(settings.qa_files),
+            reserve=len(bos),
+        )
+        samples = list(gen.samples(tasks, settings.lengths, settings.samples))
+    stop = [tok.eos_id] if tok.eos_id is not None else None
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]ruler {task.fields[what]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not progress,
+    ) as bar:
+        job = bar.add_task("ruler", total=len(samples), what="")
+        files: dict[tuple[str, int], tuple[Path, dict[int, dict]]] = {}
+        for sample in samples:
+            key = (sample["task"], sample["length"])
+            if key not in files:
+                path = out / "predictions" / f"{key[0]}-{key[1]}.jsonl"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                files[key] = (path, _done(path))
+            path, done = files[key]
+            bar.update(job, what=f"{key[0]} @ {key[1]}")
+            if sample["index"] not in done:
+                ids = torch.tensor([bos + tok.encode(sample["input"] + sample["answer_prefix"])])
+                new = model.decode(ids, TASKS[sample["task"]].tokens_to_generate, stop)
+                row = {
+                    "index": sample["index"],
+                    "pred": postprocess(tok.decode(new)),
+                    "outputs": sample["outputs"],
+                    "token_count": ids.shape[1],
+                    "source": sample.get("source"),
+                    "haystack": sample.get("haystack"),
+                }
+                with path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+                done[sample["index"]] = row
+                if on_sample:
+                    on_sample(row)
+            bar.advance(job)
+    scores = score_predictions(out, tasks, settings)
+    scores.update(
+        {"checkpoint": str(checkpoint), "command": sys.argv, "settings": asdict(settings), "versions": _versions()}
+    )
+    atomic_write_text(out / "scores.json", json.dumps(scores, indent=2) + "\n")
+    return scores
+
+
+def _is_byte(tok) -> bool:
+    from trainer.tokenizer import ByteTokenizer
+
+    return isinstance(tok, ByteTokenizer)  # our byte-level models are trained without a BOS
+
+
+def _versions() -> dict[str, str]:
+    from headprobe.analyze import versions
+
+    return versions()
+
+
+def score_predictions(out: Path, tasks, settings: RulerSettings) -> dict[str, Any]:
+    """Scores from the prediction files: per task x length, per-length means, overall mean."""
+    per_task: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict[str, int]] = {}
+    sources: dict[str, set[str]] = {}
+    for task in tasks:
+        for length in settings.lengths:
+            path = out / "predictions" / f"{task.name}-{length}.jsonl"
+            rows = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+            rows = [r for r in rows if r["index"] < settings.samples]
+            if not rows:
+                continue
+            metric = METRICS[task.metric]
+            per_task.setdefault(task.name, {})[str(length)] = metric(
+                [r["pred"] for r in rows], [r["outputs"] for r in rows]
+            )
+            counts.setdefault(task.name, {})[str(length)] = len(rows)
+            sources.setdefault(task.name, set()).update(str(r.get("source")) for r in rows)
+    per_length = {}
+    for length in settings.lengths:
+        values = [per_task[t.name][str(length)] for t in tasks if str(length) in per_task.get(t.name, {})]
+        if values:
+            per_length[str(length)] = round(sum(values) / len(values), 2)
+    overall = round(sum(per_length.values()) / len(per_length), 2) if per_length else None
+    return {
+        "label": "RULER-style",
+        "tasks": per_task,
+        "samples": counts,
+        "per_length_mean": per_length,
+        "tasks_per_length": {str(n): sum(str(n) in per_task.get(t.name, {}) for t in tasks) for n in settings.lengths},
+        "ruler_style_score": overall,
+        "sources": {k: sorted(v) for k, v in sources.items()},
+    }
+
+
+def score_table(scores: dict[str, Any]):
+    from rich.table import Table
+
+    lengths = list(scores["per_length_mean"])
+    table = Table(title=f"RULER-style scores (0-100): overall {scores['ruler_style_score']}")
+    table.add_column("task")
+    for length in lengths:
+        table.add_column(f"{int(length):,}", justify="right")
+    for task, per in scores["tasks"].items():
+        table.add_row(task, *[f"{per[n]:.2f}" if n in per else "-" for n in lengths])
+    table.add_row("[bold]mean", *[f"[bold]{scores['per_length_mean'][n]:.2f}" for n in lengths])
+    return table

@@ -1,0 +1,347 @@
+"""RULER-style generation and scoring against the specification (shared/reference/ruler.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import pytest
+from test_tokenizer import build_bpe
+from typer.testing import CliRunner
+
+import headprobe.ruler.evaluate as evaluate_mod
+from headprobe.cli import app
+from headprobe.models import ProbedModel
+from headprobe.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
+from headprobe.ruler import templates as T
+from headprobe.ruler.evaluate import RulerSettings, evaluate
+from headprobe.ruler.qa import load_hotpotqa, load_squad
+from trainer.tokenizer import ByteTokenizer, load_tokenizer
+
+# the strings of ruler.md §2, typed here independently of headprobe/ruler/templates.py
+SPEC = {
+    "niah": "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. I "
+    "will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are all the special magic {type_needle_v} "
+    "for {query} mentioned in the provided text?",
+    "niah_prefix": " The special magic {type_needle_v} for {query} mentioned in the provided text are",
+    "vt": "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n{context}\nQuestion:"
+    " Find all variables that are assigned the value {query} in the text above.",
+    "vt_prefix": " Answer: According to the chain(s) of variable assignment in the text above, {num_v} variables are "
+    "assigned the value {query}, they are: ",
+    "cwe": "Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones "
+    "that appear most often.\n{context}\nQuestion: What are the 10 most common words in the above list?",
+    "cwe_prefix": " Answer: The top 10 words that appear most often in the list are:",
+    "fwe": "Read the following coded text and track the frequency of each coded word. Find the three most frequently "
+    "appeared coded words. {context}\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What "
+    "are the three most frequently appeared words in the above coded text?",
+    "fwe_prefix": " Answer: According to the coded text above, the three most frequently appeared words are:",
+    "qa": "Answer the question based on the given documents. Only give me the answer and do not output any other "
+    "words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the question based on the given documents. "
+    "Only give me the answer and do not output any other words.\n\nQuestion: {query}",
+    "qa_prefix": " Answer:",
+    "noise": "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.",
+    "needle": "One of the special magic {type_needle_v} for {key} is: {value}.",
+}
+
+
+def test_templates_are_rulers_strings():
+    assert (SPEC["niah"], SPEC["niah_prefix"], SPEC["needle"]) == (T.NIAH_TEMPLATE, T.NIAH_PREFIX, T.NIAH_NEEDLE)
+    assert (SPEC["vt"], SPEC["vt_prefix"]) == (T.VT_TEMPLATE, T.VT_PREFIX)
+    assert (SPEC["cwe"], SPEC["cwe_prefix"]) == (T.CWE_TEMPLATE, T.CWE_PREFIX)
+    assert (SPEC["fwe"], SPEC["fwe_prefix"]) == (T.FWE_TEMPLATE, T.FWE_PREFIX)
+    assert (SPEC["qa"], SPEC["qa_prefix"], SPEC["noise"]) == (T.QA_TEMPLATE, T.QA_PREFIX, T.NOISE_SENTENCE)
+
+
+def test_task_table():
+    assert list(TASKS) == [
+        "niah_single_1",
+        "niah_single_2",
+        "niah_single_3",
+        "niah_multikey_1",
+        "niah_multikey_2",
+        "niah_multikey_3",
+        "niah_multivalue",
+        "niah_multiquery",
+        "vt",
+        "cwe",
+        "fwe",
+        "qa_1",
+        "qa_2",
+    ]
+    t = TASKS
+    assert (t["niah_single_1"].haystack, t["niah_single_2"].haystack, t["niah_multikey_2"].haystack) == (
+        "noise",
+        "essay",
+        "needle",
+    )
+    assert (t["niah_multikey_3"].type_needle_k, t["niah_multikey_3"].type_needle_v) == ("uuids", "uuids")
+    assert t["niah_multiquery"].num_needle_k == 4 and t["niah_multiquery"].num_needle_q == 4
+    assert t["niah_multivalue"].num_needle_v == 4 and t["niah_multikey_1"].num_needle_k == 4
+    assert [t[n].tokens_to_generate for n in ("niah_single_1", "vt", "cwe", "fwe", "qa_1")] == [128, 30, 120, 50, 32]
+    assert {n for n, x in t.items() if x.metric == "string_match_part"} == {"qa_1", "qa_2"}
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory):
+    return load_tokenizer(build_bpe(tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=400))
+
+
+@pytest.fixture(scope="module")
+def samples(bpe):
+    out = {}
+    for name, tok in (("byte", ByteTokenizer()), ("bpe", bpe)):
+        gen = RulerGenerator(tok, seed=7)
+        out[name] = (tok, [gen.sample(task, length, i) for task in TASKS for length in (4096, 8192) for i in range(2)])
+    return out
+
+
+@pytest.mark.parametrize("tok_name", ["byte", "bpe"])
+def test_every_sample_fits_and_fills_its_budget(samples, tok_name):
+    tok, rows = samples[tok_name]
+    for s in rows:
+        count = len(tok.encode(s["input"] + s["answer_prefix"]))  # counted again, independently
+        assert count == s["token_count"]
+        assert count + TASKS[s["task"]].tokens_to_generate <= s["length"], s["task"]
+        assert count >= 0.95 * (s["length"] - TASKS[s["task"]].tokens_to_generate), (s["task"], count)
+
+
+def test_singular_rewrite(samples):
+    _, rows = samples["byte"]
+    single = next(s for s in rows if s["task"] == "niah_single_1")
+    assert single["input"].startswith("A special magic number is hidden within the following text.")
+    assert "I will quiz you about the number afterwards." in single["input"]
+    key = re.search(r"What is the special magic number for (\S+) mentioned", single["input"]).group(1)
+    assert single["answer_prefix"] == f" The special magic number for {key} mentioned in the provided text is"
+    multi = next(s for s in rows if s["task"] == "niah_multivalue")
+    assert multi["input"].startswith("Some special magic numbers are hidden")
+    assert multi["answer_prefix"].endswith("mentioned in the provided text are")
+
+
+@pytest.mark.parametrize("tok_name", ["byte", "bpe"])
+def test_every_answer_is_in_the_input(samples, tok_name):
+    _, rows = samples[tok_name]
+    for s in rows:
+        task, text = TASKS[s["task"]], s["input"]
+        if task.family == "niah":
+            needles = re.findall(r"One of the special magic (\w+) for (\S+) is: (\S+)\.", text)
+            asked = re.search(r"for (.+) mentioned in the provided text\?", text).group(1)
+            keys = re.split(r", and |, ", asked)
+            expected = [v for k in keys for (_, key, v) in needles if key == k]
+            assert (
+                sorted(s["outputs"]) == sorted(expected) and len(s["outputs"]) == task.num_needle_q * task.num_needle_v
+            )
+            if task.haystack == "noise":
+                assert text.count(SPEC["noise"]) >= 10
+        elif task.family == "vt":
+            body = text.split("\n", text.count("\n"))  # the example comes first, then the real prompt
+            value = re.search(r"assigned the value (\d+) in the text above\.$", text).group(1)
+            main = text[text.rindex("Memorize and track") :]
+            values = dict(re.findall(r"VAR (\w+) = (\d+)", main))
+            links = re.findall(r"VAR (\w+) = VAR (\w+)", main)
+            for _ in links:
+                for dst, src in links:
+                    if src in values:
+                        values[dst] = values[src]
+            assert sorted(s["outputs"]) == sorted(k for k, v in values.items() if v == value) and len(body) > 1
+        elif task.family == "cwe":
+            main = text[text.rindex("Below is a numbered list") :]
+            counts = Counter(re.findall(r"\d+\. (\S+)", main))
+            top = {w for w, _ in counts.most_common(10)}
+            assert set(s["outputs"]) == top
+            assert min(counts[w] for w in top) > max(c for w, c in counts.items() if w not in top)
+        elif task.family == "fwe":
+            words = text.split("coded words. ", 1)[1].split("\nQuestion:")[0].split()
+            ranked = [w for w, _ in Counter(w for w in words if w != "...").most_common(3)]
+            assert ranked == s["outputs"]
+        else:  # qa: every answer sits in a document
+            docs = text.split("The following are given documents.\n\n", 1)[1]
+            assert any(a in docs for a in s["outputs"])
+
+
+def test_determinism_and_diversity(bpe):
+    a = RulerGenerator(bpe, seed=3).sample("niah_multikey_2", 4096, 0)
+    b = RulerGenerator(bpe, seed=3).sample("niah_multikey_2", 4096, 0)
+    c = RulerGenerator(bpe, seed=3).sample("niah_multikey_2", 4096, 1)
+    d = RulerGenerator(bpe, seed=4).sample("niah_multikey_2", 4096, 0)
+    assert a == b
+    assert a["input"] != c["input"] and a["outputs"] != c["outputs"] and a["input"] != d["input"]
+    gen = RulerGenerator(ByteTokenizer(), seed=3)
+    inputs = {gen.sample(t, 4096, i)["input"] for t in ("vt", "cwe", "fwe", "qa_1") for i in range(3)}
+    assert len(inputs) == 12
+
+
+def test_string_match_hand_computed():
+    preds = ["The numbers are 123 and 456.", "nothing here", "ALPHA beta"]
+    refs = [["123", "456", "789"], ["x"], ["alpha", "Beta"]]
+    # all: (2/3 + 0 + 2/2) / 3 * 100 = 55.555... -> 55.56
+    assert string_match_all(preds, refs) == 55.56
+    # part: (1 + 0 + 1) / 3 * 100 = 66.67
+    assert string_match_part(preds, refs) == 66.67
+    assert string_match_all(["a"], [["A"]]) == 100.0
+    with pytest.raises(ValueError, match="predictions"):
+        string_match_all(["a"], [])
+
+
+def _squad(tmp_path):
+    data = {
+        "version": "v2.0",
+        "data": [
+            {
+                "title": "Rivers",
+                "paragraphs": [
+                    {
+                        "context": "The Oulu river flows north into the bay.",
+                        "qas": [
+                            {
+                                "question": "Where does the Oulu river flow?",
+                                "id": "1",
+                                "is_impossible": False,
+                                "answers": [
+                                    {"text": "north into the bay", "answer_start": 16},
+                                    {"text": "north", "answer_start": 16},
+                                ],
+                            },
+                            {"question": "Who owns the river?", "id": "2", "is_impossible": True, "answers": []},
+                        ],
+                    },
+                    {"context": "Salmon swim upstream each autumn.", "qas": []},
+                ],
+            },
+            {
+                "title": "Bells",
+                "paragraphs": [
+                    {
+                        "context": "The chapel bell was cast in 1721.",
+                        "qas": [
+                            {
+                                "question": "When was the chapel bell cast?",
+                                "id": "3",
+                                "is_impossible": False,
+                                "answers": [{"text": "1721", "answer_start": 28}],
+                            }
+                        ],
+                    }
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "dev-v2.0.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _hotpot(tmp_path):
+    data = [
+        {
+            "_id": "a",
+            "question": "Which town is the painter from?",
+            "answer": "Bergen",
+            "context": [["Painter", ["The painter was born ", "in Bergen."]], ["Lake", ["The lake is cold."]]],
+            "supporting_facts": [["Painter", 1]],
+        }
+    ]
+    path = tmp_path / "hotpot_dev_distractor_v1.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_squad_and_hotpotqa_loaders(tmp_path):
+    squad = load_squad(_squad(tmp_path))
+    assert squad.size == 3 and [q.question for q in squad.questions] == [
+        "Where does the Oulu river flow?",
+        "When was the chapel bell cast?",
+    ]
+    first = squad.questions[0]
+    assert first.answers == ("north into the bay", "north")
+    assert squad.document(first.gold[0]) == "The Oulu river flows north into the bay."
+    assert [squad.document(i) for i in first.related] == ["Salmon swim upstream each autumn."]
+    hotpot = load_hotpotqa(_hotpot(tmp_path))
+    assert hotpot.questions[0].answers == ("Bergen",)
+    assert hotpot.document(hotpot.questions[0].gold[0]) == "Painter\nThe painter was born in Bergen."
+    gen = RulerGenerator(ByteTokenizer(), qa_files={"squad": _squad(tmp_path)})
+    s = gen.sample("qa_1", 700, 0)
+    assert "Document 0:" in s["input"] and "The Oulu river flows north into the bay." in s["input"]
+    assert s["outputs"] == ["north into the bay", "north"] and s["source"].startswith("squad:")
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(ValueError, match="unknown RULER task"):
+        resolve_tasks("niah_single_9")
+    with pytest.raises(RulerError, match="use a longer length"):
+        RulerGenerator(ByteTokenizer()).sample("cwe", 1024, 0)
+    with pytest.raises(RulerError, match="leaves no room"):
+        RulerGenerator(ByteTokenizer()).sample("niah_single_1", 100, 0)
+    with pytest.raises(RulerError, match="does not exist"):
+        RulerGenerator(ByteTokenizer(), haystack_files=[tmp_path / "none.txt"])
+    (tmp_path / "bad.json").write_text("[1, 2")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_hotpotqa(tmp_path / "bad.json")
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        ["ruler", "generate", "--out", str(tmp_path / "o.jsonl"), "--tokenizer", str(tmp_path / "missing.json")],
+        env={"COLUMNS": "300"},
+    )
+    assert res.exit_code == 2 and "does not exist" in res.output and not (tmp_path / "o.jsonl").exists()
+    res = runner.invoke(app, ["ruler", "generate", "--out", str(tmp_path / "o.jsonl"), "--tasks", "nope"])
+    assert res.exit_code == 2 and "unknown RULER task" in res.output
+
+
+def test_generate_command_writes_ruler_fields(tmp_path):
+    res = CliRunner().invoke(
+        app,
+        [
+            "ruler",
+            "generate",
+            "--out",
+            str(tmp_path / "s.jsonl"),
+            "--tasks",
+            "niah_single_1,qa_2",
+            "--lengths",
+            "2048",
+            "--samples",
+            "2",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    for r in rows:
+        assert {"index", "input", "outputs", "length", "answer_prefix", "task", "token_count", "haystack"} <= set(r)
+
+
+class Oracle(ProbedModel):
+    """Answers every prompt with its references (or nothing), to test the evaluation pipeline."""
+
+    def __init__(self, answers: dict[str, list[str]], silent: bool = False) -> None:
+        self.name, self.tokenizer, self.layers, self.max_positions = "oracle", ByteTokenizer(), [], None
+        self.answers, self.silent = answers, silent
+        self.calls = 0
+
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+        self.calls += 1
+        text = self.tokenizer.decode(prompt_ids[0].tolist())
+        refs = next(v for k, v in self.answers.items() if text.startswith(k))
+        return [] if self.silent else self.tokenizer.encode(" " + " ".join(refs))
+
+
+def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
+    settings = RulerSettings(tasks=["niah_multivalue", "vt", "qa_1"], lengths=[2048, 4096], samples=2)
+    gen = RulerGenerator(ByteTokenizer(), settings.seed)
+    answers = {s["input"]: s["outputs"] for s in gen.samples(resolve_tasks(settings.tasks), settings.lengths, 2)}
+    oracle = Oracle(answers)
+    monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: oracle)
+    monkeypatch.setattr(evaluate_mod, "_check_memory", lambda *a: None)
+    scores = evaluate("oracle", tmp_path, settings, progress=False)
+    assert scores["tasks"] == {t: {"2048": 100.0, "4096": 100.0} for t in settings.tasks}
+    assert scores["per_length_mean"] == {"2048": 100.0, "4096": 100.0} and scores["ruler_style_score"] == 100.0
+    assert scores["label"] == "RULER-style" and oracle.calls == 12
+    evaluate("oracle", tmp_path, settings, progress=False)  # everything predicted already
+    assert oracle.calls == 12
+    silent = Oracle(answers, silent=True)
+    monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: silent)
+    zero = evaluate("oracle", tmp_path / "silent", settings, progress=False)
+    assert zero["ruler_style_score"] == 0.0
+    saved = json.loads((tmp_path / "scores.json").read_text())
+    assert saved["samples"]["vt"] == {"2048": 2, "4096": 2} and saved["settings"]["lengths"] == [2048, 4096]
