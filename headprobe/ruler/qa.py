@@ -38,7 +38,12 @@ class QASet:
     source: str
 
     def document(self, i: int) -> str:
-        return self.documents[i] if isinstance(self.documents, list) else self.documents(i)
+        if isinstance(self.documents, list):
+            return self.documents[i]
+        cache = self.__dict__.setdefault("_cache", {})
+        if i not in cache:
+            cache[i] = self.documents(i)
+        return cache[i]
 
 
 class QAFileError(ValueError):

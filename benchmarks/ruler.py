@@ -1,0 +1,138 @@
+"""RULER-style generation speed and evaluation throughput on this machine.
+
+    python benchmarks/ruler.py [--lengths 4096,32768,131072] [--no-write]
+
+1. Samples/s of ``RulerGenerator`` (one sample of each of the 13 tasks per length) with the byte
+   tokenizer and with a BPE tokenizer trained locally (8K vocabulary), against a naive search that
+   re-tokenises the whole prompt at every probe of the same binary search (RULER's own method).
+2. ``headprobe ruler eval`` on a toy checkpoint (random init, toy-d32) at 4,096 tokens: prefill and
+   decoding throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def bpe_tokenizer(folder: Path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from trainer.corpus import document
+    from trainer.tokenizer import load_tokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=8192, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator((document(0, i)[1] for i in range(3000)), trainer)
+    tok.save(str(folder / "tokenizer.json"))
+    return load_tokenizer(folder / "tokenizer.json")
+
+
+def naive_fit(draft, budget, counter, what):
+    """The same binary search, but every probe renders and tokenises the whole prompt."""
+    lo, hi = draft.n_min, draft.n_max
+
+    def count(n: int) -> int:
+        text, prefix, _ = draft.render(n)
+        return counter.one(text + prefix)
+
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    text, prefix, outputs = draft.render(lo)
+    return text, prefix, outputs, lo, counter.one(text + prefix)
+
+
+def time_generation(tokenizer, length: int, naive: bool) -> float:
+    import headprobe.ruler.generate as gen_mod
+    from headprobe.ruler import TASKS, RulerGenerator
+
+    real = gen_mod.fit
+    gen_mod.fit = naive_fit if naive else real
+    try:
+        gen = RulerGenerator(tokenizer, seed=1)
+        for task in TASKS:  # warm imports, the essay corpus and word caches
+            gen.sample(task, 4096, 99)
+        t0 = time.perf_counter()
+        for task in TASKS:
+            gen.sample(task, length, 0)
+        return len(TASKS) / (time.perf_counter() - t0)
+    finally:
+        gen_mod.fit = real
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", default="4096,32768,131072")
+    parser.add_argument("--eval-samples", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+
+    from _report import machine, today, write_section
+
+    from trainer.tokenizer import ByteTokenizer
+
+    tmp = Path(tempfile.mkdtemp())
+    tokenizers = {"byte": ByteTokenizer(), "BPE 8K (local)": bpe_tokenizer(tmp)}
+    lines = [
+        f"## RULER-style generation and evaluation — {today()}",
+        "",
+        f"Machine: {machine()}. Command: `python benchmarks/ruler.py --lengths {args.lengths}`.",
+        "Generation: one sample of each of the 13 tasks per length (samples/s over the 13). `piece counts` is",
+        "headprobe's fitting (token counts of pieces, one full tokenisation to confirm); `naive` runs the same",
+        "binary search but re-tokenises the whole prompt at every probe.",
+        "",
+        "| tokenizer | tokens | piece counts (samples/s) | naive (samples/s) | speed-up |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, tok in tokenizers.items():
+        for length in [int(x) for x in args.lengths.split(",")]:
+            fast = time_generation(tok, length, naive=False)
+            slow = time_generation(tok, length, naive=True)
+            row = f"| {name} | {length:,} | {fast:.2f} | {slow:.3f} | {fast / slow:.0f}x |"
+            print(row, flush=True)
+            lines.append(row)
+
+    import torch
+
+    from headprobe.ruler.evaluate import RulerSettings, evaluate
+    from trainer.checkpoint import save_checkpoint
+    from trainer.config import preset
+    from trainer.model import Transformer
+
+    torch.manual_seed(0)
+    save_checkpoint(Transformer(preset("toy-d32")), tmp / "toy")
+    tasks = ["niah_single_1", "niah_multikey_2", "vt", "fwe"]
+    settings = RulerSettings(tasks=tasks, lengths=[4096], samples=args.eval_samples)
+    t0 = time.perf_counter()
+    evaluate(tmp / "toy", tmp / "eval", settings, progress=False)
+    seconds = time.perf_counter() - t0
+    n = len(tasks) * args.eval_samples
+    lines += [
+        "",
+        f"`ruler eval` on toy-d32 (random init, so it generates the full budget of each task) at 4,096 tokens, "
+        f"tasks {', '.join(tasks)}, {args.eval_samples} samples each: {seconds:.1f} s for {n} samples "
+        f"({seconds / n:.2f} s per sample: generation of the sample, a 4K prefill and 30-128 greedy steps with "
+        "the KV cache, one sample at a time).",
+    ]
+    body = "\n".join(lines)
+    print(body)
+    if not args.no_write:
+        write_section("ruler", body)
+
+
+if __name__ == "__main__":
+    main()
