@@ -130,7 +130,7 @@ def estimate_memory(model: ProbedModel, length: int, settings: AnalyzeSettings) 
     factor of 2 for temporaries). Statistics: the score tiles of the streaming pass plus the per-row
     outputs. KV cache: retrieval decoding keeps every layer's keys and values.
     """
-    params = sum(p.numel() * p.element_size() for p in _parameters(model))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
     d_model, d_ff = _widths(model)
     widest = max(info.n_heads * info.qk_dim for info in model.layers)
     rows = parse_rows(settings.rows, length)
@@ -143,11 +143,6 @@ def estimate_memory(model: ProbedModel, length: int, settings: AnalyzeSettings) 
     if "retrieval" in settings.metrics:
         kv = sum(4 * info.n_kv_heads * 2 * info.qk_dim * (length + settings.max_new_tokens) for info in model.layers)
     return MemoryEstimate(params, activations, tile + per_row, kv)
-
-
-def _parameters(model: ProbedModel):
-    inner = getattr(model, "model", None) or getattr(model, "hf", None)
-    return list(inner.parameters()) if inner is not None else []
 
 
 def _widths(model: ProbedModel) -> tuple[int, int]:

@@ -76,6 +76,7 @@ def ruler_eval(
     qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
     device: str = "cpu",
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
+    batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
     progress: bool = True,
 ) -> None:
     """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores."""
@@ -96,7 +97,13 @@ def ruler_eval(
     )
     try:
         scores = evaluate(
-            checkpoint, out, settings, device, int(memory_limit * 2**30) if memory_limit else None, progress
+            checkpoint,
+            out,
+            settings,
+            device,
+            int(memory_limit * 2**30) if memory_limit else None,
+            progress,
+            batch_size=batch_size or None,
         )
     except (RulerError, ModelLoadError, AnalysisError, ValueError) as err:
         raise _error(err) from None

@@ -11,6 +11,9 @@
   As in Wu et al.'s reference code, the prompt minus its last token is prefilled, then decoding
   starts from the last prompt token, so every generated token has one decode step whose attention
   rows produced it; ``probe(step, token, call)`` sees each step's calls with the token it produced.
+* ``decode_batch(prompts, max_new_tokens, stop_ids)``: the same greedy tokens for several prompts of
+  different lengths at once: each is prefilled alone, then the caches are left-padded into one batch
+  (:class:`trainer.masks.KeyPadding`) and each step advances every row (no probes).
 
 Hugging Face models are loaded with ``local_files_only`` (nothing is downloaded). Their attention
 runs through a function headprobe registers with transformers' ``AttentionInterface``: it receives
@@ -32,7 +35,8 @@ import torch
 from torch import Tensor
 
 from trainer.attention import attention
-from trainer.kv_cache import KVCache
+from trainer.kv_cache import KVCache, left_pad
+from trainer.masks import KeyPadding
 from trainer.model import AttentionCall, Transformer
 from trainer.tokenizer import ByteTokenizer, HFTokenizer
 
@@ -55,6 +59,7 @@ class LayerInfo:
         n_heads: query heads.
         n_kv_heads: key/value heads.
         qk_dim: query/key width.
+        v_dim: value width.
         window: keys visible per query including its own (``None`` = full causal).
     """
 
@@ -63,6 +68,7 @@ class LayerInfo:
     n_heads: int
     n_kv_heads: int
     qk_dim: int
+    v_dim: int
     window: int | None
 
 
@@ -107,16 +113,57 @@ class ProbedModel:
             token = torch.tensor([[nxt]], device=self.device)
         return out
 
+    @torch.no_grad()
+    def decode_batch(
+        self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int] | None = None
+    ) -> list[list[int]]:
+        """Greedy continuations of several prompts ``[1, n_i]`` (lengths may differ), each cut after its
+        first stop token: the tokens :meth:`decode` gives each prompt, computed together. Each prompt
+        minus its last token is prefilled on its own, the caches are left-padded into one
+        (:meth:`_stack`) and every step advances all rows from their last prompt tokens."""
+        if len(prompts) == 1:
+            return [self.decode(prompts[0], max_new_tokens, stop_ids)]
+        ids = [p.to(self.device) for p in prompts]
+        state = self._stack([self._prefill(p[:, :-1]) for p in ids])
+        token = torch.cat([p[:, -1:] for p in ids])  # [batch, 1]
+        out: list[list[int]] = [[] for _ in ids]
+        live = set(range(len(ids)))
+        for _ in range(max_new_tokens):
+            token = self._step(state, token, None)[:, -1].argmax(-1, keepdim=True)
+            for row in sorted(live):
+                out[row].append(int(token[row]))
+                if stop_ids and out[row][-1] in stop_ids:
+                    live.discard(row)
+            if not live:
+                break
+        return out
+
     def _prefill(self, ids: Tensor) -> Any:
         """Run ``ids [1, n]`` (possibly empty) into a fresh KV cache; returns the decoding state."""
         raise NotImplementedError
 
+    def _stack(self, states: list[Any]) -> Any:
+        """One left-padded decoding state from prefilled states of different lengths."""
+        raise NotImplementedError
+
     def _step(self, state: Any, token: Tensor, probe: AttentionProbe | None) -> Tensor:
-        """One token ``[1, 1]`` through the cache; returns logits ``[1, 1, vocab]``."""
+        """One token per row ``[batch, 1]`` through the cache; returns logits ``[batch, 1, vocab]``."""
         raise NotImplementedError
 
     def logits(self, input_ids: Tensor) -> Tensor:
         """Next-token logits ``[batch, seq, vocab]`` of a plain forward pass (no probes)."""
+        raise NotImplementedError
+
+    def kv_cache_bytes(self, tokens: int) -> int:
+        """Bytes of one sequence's KV cache after ``tokens`` tokens (sliding layers keep ``window`` keys)."""
+        element = next(iter(self.parameters())).element_size()
+        return sum(
+            element * info.n_kv_heads * (info.qk_dim + info.v_dim) * min(tokens, info.window or tokens)
+            for info in self.layers
+        )
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The model's parameters (for sizes and dtypes)."""
         raise NotImplementedError
 
     def check_length(self, length: int) -> None:
@@ -139,7 +186,7 @@ class HeadprobeModel(ProbedModel):
         self.device = next(model.parameters()).device
         cfg = model.cfg
         self.layers = [
-            LayerInfo(i, cfg.layer_type(i), a.n_heads, a.kv_heads, a.qk_head_dim, a.window)
+            LayerInfo(i, cfg.layer_type(i), a.n_heads, a.kv_heads, a.qk_head_dim, a.v_head_dim, a.window)
             for i, a in ((i, cfg.attention(i)) for i in range(cfg.n_layers))
         ]
         self.max_positions = None  # RoPE has no table limit; cfg.max_seq_len is the trained length
@@ -167,11 +214,17 @@ class HeadprobeModel(ProbedModel):
     def logits(self, input_ids: Tensor) -> Tensor:
         return self.model(input_ids.to(self.device))
 
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.model.parameters()
+
     def _prefill(self, ids: Tensor) -> KVCache:
         cache = KVCache(self.model.cfg)
         if ids.shape[1]:
             self.model(ids, cache=cache, last_only=True)
         return cache
+
+    def _stack(self, states: list[KVCache]) -> KVCache:
+        return KVCache.stack(states)
 
     def _step(self, state: KVCache, token: Tensor, probe: AttentionProbe | None) -> Tensor:
         with self.model.probe(probe) if probe else contextlib.nullcontext():
@@ -182,6 +235,7 @@ class HeadprobeModel(ProbedModel):
 # Hugging Face models
 # ---------------------------------------------------------------------------------------------
 _ACTIVE: list[AttentionProbe] = []  # probes of the HF forward pass in progress
+_PADDING: list[tuple[Tensor, int]] = []  # (pad [batch], key-axis length incl. new tokens) of a batched step
 _IMPL = "headprobe"
 
 
@@ -204,7 +258,11 @@ def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropo
         )
         for probe in _ACTIVE:
             probe(call)
-    out = attention(query, key, value, window=window, scale=scale)
+    padding = None
+    if _PADDING:
+        pad, seen = _PADDING[-1]  # row b's first pad[b] entries of the seen tokens are padding
+        padding = KeyPadding((pad - (seen - key.shape[2])).clamp(min=0))
+    out = attention(query, key, value, window=window, scale=scale, padding=padding)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -253,7 +311,8 @@ class HFModel(ProbedModel):
         kv = getattr(cfg, "num_key_value_heads", None) or heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
         self.layers = [
-            LayerInfo(i, "sliding" if w else "full", heads, kv, head_dim, w) for i, w in enumerate(_hf_windows(cfg))
+            LayerInfo(i, "sliding" if w else "full", heads, kv, head_dim, head_dim, w)
+            for i, w in enumerate(_hf_windows(cfg))
         ]
         self.max_positions = getattr(cfg, "max_position_embeddings", None)
         self._decoder_layers = self._find_layers()
@@ -313,6 +372,9 @@ class HFModel(ProbedModel):
     def logits(self, input_ids: Tensor) -> Tensor:
         return self.hf(input_ids=input_ids.to(self.device), use_cache=False).logits
 
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.hf.parameters()
+
     def _prefill(self, ids: Tensor) -> dict[str, Any]:
         from transformers import DynamicCache
 
@@ -321,9 +383,37 @@ class HFModel(ProbedModel):
             self.hf(input_ids=ids, use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
         return {"cache": cache, "position": ids.shape[1]}
 
+    def _stack(self, states: list[dict[str, Any]]) -> dict[str, Any]:
+        from transformers import DynamicCache
+
+        total = max(s["position"] for s in states)
+        merged = DynamicCache(config=self.hf.config)
+        for i, layer in enumerate(merged.layers):
+            sources = [s["cache"].layers[i] for s in states]
+            k = left_pad([src.keys if src.is_initialized else None for src in sources])
+            v = left_pad([src.values if src.is_initialized else None for src in sources])
+            if k is not None and v is not None:
+                layer.update(k, v)
+                if hasattr(layer, "cumulative_length"):  # sliding layers: tokens seen, not entries kept
+                    layer.cumulative_length = total
+        pad = torch.tensor([total - s["position"] for s in states], dtype=torch.long, device=self.device)
+        return {"cache": merged, "position": total, "pad": pad}
+
     def _step(self, state: dict[str, Any], token: Tensor, probe: AttentionProbe | None) -> Tensor:
-        with self._probing(probe, state["position"], None):
-            out = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **{self._cache_arg: state["cache"]})
+        pad = state.get("pad")
+        extra: dict[str, Any] = {}
+        if pad is not None:
+            if probe is not None:
+                raise ValueError("probes see one unpadded sequence: decode probed samples one at a time")
+            extra["position_ids"] = (state["position"] - pad)[:, None]  # each row's own position
+            _PADDING.append((pad, state["position"] + 1))
+        try:
+            with self._probing(probe, state["position"], None):
+                cache = {self._cache_arg: state["cache"]}
+                out = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **cache, **extra)
+        finally:
+            if pad is not None:
+                _PADDING.pop()
         state["position"] += 1
         return out.logits
 

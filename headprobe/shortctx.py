@@ -279,7 +279,13 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
     """lm-evaluation-harness ``LM`` over a headprobe model: ``lm_eval.simple_evaluate(model=HeadprobeLM(path),
     tasks=[...])`` runs any of its tasks on our checkpoints (or local HF models) offline."""
 
-    def __init__(self, path: str | Path | None = None, model: ProbedModel | None = None, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        model: ProbedModel | None = None,
+        device: str = "cpu",
+        batch_size: int = 8,
+    ) -> None:
         if model is None and path is None:
             raise ValueError("give a checkpoint path or a loaded model")
         if _lm_base() is not object:
@@ -289,6 +295,7 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
 
             model = load_model(path, device=device)  # type: ignore[arg-type]
         self.probed = model
+        self.batch_size = max(1, int(batch_size))
 
     @staticmethod
     def _args(request) -> tuple:
@@ -312,17 +319,23 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
         return out
 
     def generate_until(self, requests) -> list[str]:
-        out = []
+        """Greedy continuations cut at the first ``until`` string; requests with the same
+        ``max_gen_toks`` decode together, ``batch_size`` at a time (:meth:`ProbedModel.decode_batch`)."""
         tok = self.probed.tokenizer
-        for r in requests:
-            context, kwargs = self._args(r)[:2]
-            until = kwargs.get("until", []) or []
-            until = [until] if isinstance(until, str) else list(until)
-            max_new = int(kwargs.get("max_gen_toks", 256))
-            ids = torch.tensor([_with_bos(self.probed, tok.encode(context))])
-            stop = [tok.eos_id] if tok.eos_id is not None else None
-            text = tok.decode(self.probed.decode(ids, max_new, stop))
-            for s in until:
-                text = text.split(s)[0]
-            out.append(text)
+        stop = [tok.eos_id] if tok.eos_id is not None else None
+        args = [self._args(r)[:2] for r in requests]
+        out = [""] * len(args)
+        groups: dict[int, list[int]] = {}
+        for i, (_, kwargs) in enumerate(args):
+            groups.setdefault(int(kwargs.get("max_gen_toks", 256)), []).append(i)
+        for max_new, members in groups.items():
+            for start in range(0, len(members), self.batch_size):
+                chunk = members[start : start + self.batch_size]
+                prompts = [torch.tensor([_with_bos(self.probed, tok.encode(args[i][0]))]) for i in chunk]
+                for i, new in zip(chunk, self.probed.decode_batch(prompts, max_new, stop), strict=True):
+                    until = args[i][1].get("until", []) or []
+                    text = tok.decode(new)
+                    for s in [until] if isinstance(until, str) else until:
+                        text = text.split(s)[0]
+                    out[i] = text
         return out

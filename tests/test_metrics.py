@@ -189,7 +189,7 @@ class CopyModel(ProbedModel):
 
     def __init__(self, fail_depths=()):
         self.name, self.tokenizer, self.device = "copy", ByteTokenizer(), torch.device("cpu")
-        self.layers = [LayerInfo(0, "sliding", 2, 2, 2048, 8), LayerInfo(1, "full", 2, 2, 2048, None)]
+        self.layers = [LayerInfo(0, "sliding", 2, 2, 2048, 2048, 8), LayerInfo(1, "full", 2, 2, 2048, 2048, None)]
         self.max_positions = 2048
         self.fail_depths = fail_depths
         self.target: tuple[int, int] | None = None

@@ -11,6 +11,7 @@ from headprobe.stats import attention_stats
 from headprobe.toy_hf import ARCHS, build_toy_hf_model
 from trainer.checkpoint import save_checkpoint
 from trainer.model import Transformer
+from trainer.tokenizer import ByteTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,34 @@ def test_load_errors(tmp_path):
     (tmp_path / "ck" / "model.safetensors").write_bytes(b"junk")
     with pytest.raises(ModelLoadError, match="truncated or corrupted"):
         load_model(tmp_path / "ck")
+
+
+def _batched_steps_equal_single(model, prompts, vocab, steps=5):
+    """Left-padded batched steps give every row the logits of its own unpadded decoding (float64)."""
+    singles = [model._prefill(p[:, :-1]) for p in prompts]
+    batched = model._stack([model._prefill(p[:, :-1]) for p in prompts])
+    token = torch.cat([p[:, -1:] for p in prompts])
+    for _ in range(steps):
+        logits = model._step(batched, token, None)
+        for b, state in enumerate(singles):
+            alone = model._step(state, token[b : b + 1], None)
+            torch.testing.assert_close(logits[b : b + 1], alone, atol=1e-10, rtol=0)
+        token = torch.randint(3, vocab, token.shape)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hf_batched_decoding_equals_one_at_a_time(hf_models, arch):
+    model = load_model(hf_models[arch], dtype=torch.float64)
+    prompts = [torch.randint(3, 512, (1, n)) for n in (1, 5, 9, 30)]  # around and past the window (8)
+    _batched_steps_equal_single(model, prompts, 512)
+    stop = [model.decode(prompts[2], 6)[2]]
+    assert model.decode_batch(prompts, 10, stop) == [model.decode(p, 10, stop) for p in prompts]
+
+
+def test_our_batched_decoding_equals_one_at_a_time():
+    torch.manual_seed(0)
+    model = HeadprobeModel(Transformer(tiny_config(vocab_size=264)).double(), ByteTokenizer(), "tiny")
+    prompts = [torch.randint(0, 256, (1, n)) for n in (1, 4, 6, 23)]  # window 5
+    _batched_steps_equal_single(model, prompts, 256)
+    stop = [model.decode(prompts[3], 6)[3]]
+    assert model.decode_batch(prompts, 10, stop) == [model.decode(p, 10, stop) for p in prompts]

@@ -7,16 +7,20 @@ import re
 from collections import Counter
 
 import pytest
+import torch
 from test_tokenizer import build_bpe
 from typer.testing import CliRunner
 
 import headprobe.ruler.evaluate as evaluate_mod
+from headprobe.analyze import AnalysisError, AnalyzeSettings, estimate_memory
 from headprobe.cli import app
-from headprobe.models import ProbedModel
+from headprobe.models import HeadprobeModel, ProbedModel
 from headprobe.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
 from headprobe.ruler import templates as T
 from headprobe.ruler.evaluate import RulerSettings, evaluate
 from headprobe.ruler.qa import load_hotpotqa, load_squad
+from trainer.config import preset
+from trainer.model import Transformer
 from trainer.tokenizer import ByteTokenizer, load_tokenizer
 
 # the strings of ruler.md §2, typed here independently of headprobe/ruler/templates.py
@@ -332,7 +336,7 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     answers = {s["input"]: s["outputs"] for s in gen.samples(resolve_tasks(settings.tasks), settings.lengths, 2)}
     oracle = Oracle(answers)
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: oracle)
-    monkeypatch.setattr(evaluate_mod, "_check_memory", lambda *a: None)
+    monkeypatch.setattr(evaluate_mod, "decode_batch_size", lambda *a: 2)
     scores = evaluate("oracle", tmp_path, settings, progress=False)
     assert scores["tasks"] == {t: {"2048": 100.0, "4096": 100.0} for t in settings.tasks}
     assert scores["per_length_mean"] == {"2048": 100.0, "4096": 100.0} and scores["ruler_style_score"] == 100.0
@@ -345,3 +349,43 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     assert zero["ruler_style_score"] == 0.0
     saved = json.loads((tmp_path / "scores.json").read_text())
     assert saved["samples"]["vt"] == {"2048": 2, "4096": 2} and saved["settings"]["lengths"] == [2048, 4096]
+
+
+def test_batched_eval_predicts_what_one_at_a_time_does(tmp_path, monkeypatch):
+    """Batches of prompts of different token counts (left-padded caches) give each sample's own
+    greedy prediction; a float64 toy model keeps near-ties from deciding the comparison."""
+    torch.manual_seed(3)
+    model = HeadprobeModel(Transformer(preset("toy-k64v16")).double(), ByteTokenizer(), "toy")
+    monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: model)
+    settings = RulerSettings(tasks=["vt", "qa_1"], lengths=[1024], samples=3)
+    evaluate("toy", tmp_path / "one", settings, progress=False, batch_size=1)
+    evaluate("toy", tmp_path / "three", settings, progress=False, batch_size=3)
+    mixed = 0
+    for task in settings.tasks:
+        one = [
+            json.loads(x) for x in (tmp_path / "one" / "predictions" / f"{task}-1024.jsonl").read_text().splitlines()
+        ]
+        three = (tmp_path / "three" / "predictions" / f"{task}-1024.jsonl").read_text().splitlines()
+        mixed += len({r["token_count"] for r in one}) > 1
+        assert one == [json.loads(x) for x in three]
+    assert mixed  # some batch really mixes prompt lengths
+
+
+def test_batch_size_is_bounded_by_memory():
+    model = HeadprobeModel(Transformer(preset("toy-k64v16")), ByteTokenizer(), "toy")
+    per = model.kv_cache_bytes(4096 + 128)
+    cfg = model.model.cfg
+    full = [cfg.attention(i) for i in range(cfg.n_layers) if cfg.layer_type(i) == "full"]
+    sliding = [cfg.attention(i) for i in range(cfg.n_layers) if cfg.layer_type(i) == "sliding"]
+    want = sum(4 * a.kv_heads * (a.qk_head_dim + a.v_head_dim) * 4224 for a in full)
+    want += sum(4 * a.kv_heads * (a.qk_head_dim + a.v_head_dim) * a.window for a in sliding)
+    assert per == want
+    est = estimate_memory(model, 4096, AnalyzeSettings(metrics=["entropy"], rows="last:1")).total
+    assert evaluate_mod.decode_batch_size(model, 4096, 64 * 2**30) == evaluate_mod.MAX_BATCH
+    limit = int((est + 10.5 * per) / 0.9)  # half of what a prefill leaves: 5.25 caches
+    assert evaluate_mod.decode_batch_size(model, 4096, limit) == 5
+    assert evaluate_mod.decode_batch_size(model, 4096, limit, requested=4) == 4
+    with pytest.raises(AnalysisError, match="--batch-size"):
+        evaluate_mod.decode_batch_size(model, 4096, limit, requested=6)
+    with pytest.raises(AnalysisError, match="shorter --lengths"):
+        evaluate_mod.decode_batch_size(model, 4096, int((est + 0.5 * per) / 0.9))

@@ -89,9 +89,7 @@ def test_original_format_loaders(tmp_path):
         ],
     )
     items = load_task("arc", arc)
-    assert items == [
-        Item((("Question: Sky colour?\nAnswer:", " blue"), ("Question: Sky colour?\nAnswer:", " red")), 0)
-    ]
+    assert items == [Item((("Question: Sky colour?\nAnswer:", " blue"), ("Question: Sky colour?\nAnswer:", " red")), 0)]
     obqa = load_task(
         "openbookqa",
         write(
@@ -217,22 +215,34 @@ def test_lm_eval_adapter():
 
 
 class Echo(ProbedModel):
-    """Generates 'yes\\nno' whatever the prompt, to test generate_until's stop strings."""
+    """Answers each prompt with the prompt in capitals, then '\nno'; records the batches it was given."""
 
     def __init__(self) -> None:
         self.name, self.tokenizer, self.layers, self.max_positions = "echo", ByteTokenizer(), [], None
         self.device = torch.device("cpu")
+        self.batches: list[int] = []
 
     def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
-        return list(b"yes\nno")[:max_new_tokens]
+        text = self.tokenizer.decode(prompt_ids[0].tolist()).upper() + "\nno"
+        return self.tokenizer.encode(text)[:max_new_tokens]
+
+    def decode_batch(self, prompts, max_new_tokens, stop_ids=None):
+        self.batches.append(len(prompts))
+        return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
 
 
-def test_generate_until_cuts_at_stop_strings():
+def test_generate_until_cuts_at_stop_strings_and_batches_by_budget():
     from lm_eval.api.instance import Instance
 
-    lm = HeadprobeLM(model=Echo())
-    out = lm.generate_until([Instance("generate_until", {}, ("Q?", {"until": ["\n"], "max_gen_toks": 10}), 0)])
-    assert out == ["yes"]
+    echo = Echo()
+    lm = HeadprobeLM(model=echo, batch_size=8)
+    reqs = [
+        Instance("generate_until", {}, ("ab", {"until": ["\n"], "max_gen_toks": 10}), 0),
+        Instance("generate_until", {}, ("cdcd", {"until": ["\n"], "max_gen_toks": 3}), 1),
+        Instance("generate_until", {}, ("ef", {"until": "F", "max_gen_toks": 10}), 2),
+    ]
+    assert lm.generate_until(reqs) == ["AB", "CDC", "E"]
+    assert echo.batches == [2, 1]  # the two 10-token requests together, in request order
 
 
 def test_shortctx_cli(tmp_path):

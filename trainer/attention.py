@@ -35,7 +35,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trainer.masks import CausalMask
+from trainer.masks import CausalMask, KeyPadding
+
+MAX_PADDED_Q_LEN = 64
 
 
 class AttentionBackendError(RuntimeError):
@@ -94,21 +96,32 @@ def _expand_kv(x: Tensor, heads: int) -> Tensor:
 # reference
 # ---------------------------------------------------------------------------------------------
 class ReferenceBackend:
-    """Dense ``softmax(q k^T * scale + mask) v``; the ground truth. Memory ``O(heads * q_len * k_len)``."""
+    """Dense ``softmax(q k^T * scale + mask) v``; the ground truth. Memory ``O(heads * q_len * k_len)``.
+
+    Also the path for left-padded batches (:class:`trainer.masks.KeyPadding`) during decoding, where
+    ``q_len`` is 1 and the dense scores are one row per head.
+    """
 
     name = "reference"
 
     def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
         return None
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
-        h = q.shape[1]
-        k, v = _expand_kv(k, h), _expand_kv(v, h)
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float, key_valid: Tensor | None = None
+    ) -> Tensor:
+        b, h, lq, _ = q.shape
+        hkv, lk = k.shape[1], k.shape[2]
         work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        scores = (q.to(work) @ k.to(work).transpose(-1, -2)) * scale
-        visible = mask.dense(q.shape[2], k.shape[2], device=q.device)
+        # grouped-query heads by broadcasting: [B, Hkv, groups, Lq, D] against [B, Hkv, 1, Lk, D]
+        qg = q.to(work).view(b, hkv, h // hkv, lq, q.shape[-1])
+        scores = (qg @ k.to(work)[:, :, None].transpose(-1, -2)) * scale
+        visible = mask.dense(lq, lk, device=q.device)  # [Lq, Lk]
+        if key_valid is not None:
+            visible = visible & key_valid[:, None, None, None, :]  # [B, 1, 1, Lq, Lk]
         scores = scores.masked_fill(~visible, float("-inf"))
-        return (scores.softmax(dim=-1) @ v.to(work)).to(q.dtype)
+        out = scores.softmax(dim=-1) @ v.to(work)[:, :, None]
+        return out.reshape(b, h, lq, v.shape[-1]).to(q.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,6 +353,7 @@ def attention(
     window: int | None = None,
     scale: float | None = None,
     backend: str = "auto",
+    padding: KeyPadding | None = None,
 ) -> Tensor:
     """Causal attention; see the module docstring for shapes, the window convention and backends.
 
@@ -350,10 +364,24 @@ def attention(
         window: keys visible to each query including its own; ``None`` = full causal.
         scale: softmax temperature; default ``1/sqrt(qk_dim)``.
         backend: ``auto`` | ``reference`` | ``sdpa`` | ``flex`` | ``flash``.
+        padding: left padding of a batch of different-length rows (batched decoding); such calls run
+            the dense reference path, so ``q_len`` must be small (at most ``MAX_PADDED_Q_LEN``).
 
     Returns:
         ``[batch, heads, q_len, v_dim]`` in ``q``'s dtype.
     """
-    name = select_backend(q, k, v, window=window, backend=backend)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if padding is not None:
+        AttentionShape.of(q, k, v)
+        if backend not in ("auto", "reference"):
+            raise AttentionBackendError(f"left-padded batches run on the reference backend, not {backend!r}")
+        if q.shape[2] > MAX_PADDED_Q_LEN:
+            raise AttentionBackendError(
+                f"left-padded batches are for decoding (q_len <= {MAX_PADDED_Q_LEN}), got q_len={q.shape[2]}; "
+                "prefill each sequence on its own and stack the caches (KVCache.stack)"
+            )
+        if padding.start.shape != (q.shape[0],):
+            raise ValueError(f"padding.start must be [batch]={q.shape[0]}, got {tuple(padding.start.shape)}")
+        return BACKENDS["reference"](q, k, v, CausalMask(window), scale, key_valid=padding.valid(k.shape[2]))
+    name = select_backend(q, k, v, window=window, backend=backend)
     return BACKENDS[name](q, k, v, CausalMask(window), scale)

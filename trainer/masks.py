@@ -10,6 +10,9 @@ Convention (used by every attention backend, the KV cache and the analysis probe
   including its own (fewer near the start). In FlashAttention terms this is
   ``window_size=(W-1, 0)``; in Hugging Face terms ``sliding_window=W``.
 * ``window=None`` is full causal attention: keys ``0 .. p``.
+* A batch of sequences of different lengths is *left*-padded (:class:`KeyPadding`): each row is
+  right-aligned on the key axis, so the convention above holds per row in key-index terms, and a
+  row's padding keys are never visible.
 """
 
 from __future__ import annotations
@@ -67,3 +70,21 @@ class CausalMask:
     def flash_window_size(self) -> tuple[int, int]:
         """The equivalent FlashAttention ``window_size=(left, right)`` (with ``causal=True``)."""
         return (-1, -1) if self.window is None else (self.window - 1, 0)
+
+
+@dataclass(frozen=True, eq=False)
+class KeyPadding:
+    """Left padding of a batch whose rows hold sequences of different lengths (batched decoding).
+
+    Attributes:
+        start: ``[batch]`` integer tensor; row ``b``'s keys ``0 .. start[b]-1`` on this call's key
+            axis are padding and invisible to every query of that row. Its real keys are right-aligned,
+            so causality and windows apply per row exactly as without padding. Padding keys and values
+            may hold anything finite (:meth:`trainer.kv_cache.KVCache.stack` writes zeros).
+    """
+
+    start: Tensor
+
+    def valid(self, k_len: int) -> Tensor:
+        """``[batch, k_len]`` bool: which keys of each row are real."""
+        return torch.arange(k_len, device=self.start.device)[None, :] >= self.start[:, None]

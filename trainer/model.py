@@ -31,6 +31,7 @@ from transformer_lens.HookedRootModule import HookedRootModule
 from trainer.attention import attention
 from trainer.config import AttentionConfig, LayerType, ModelConfig
 from trainer.kv_cache import KVCache
+from trainer.masks import KeyPadding
 from trainer.rope import Rotary
 
 
@@ -102,11 +103,18 @@ class Attention(nn.Module):
         q = self.hook_q(self.q_proj(x).view(b, n, att.n_heads, att.qk_head_dim))
         k = self.hook_k(self.k_proj(x).view(b, n, att.kv_heads, att.qk_head_dim))
         v = self.hook_v(self.v_proj(x).view(b, n, att.kv_heads, att.v_head_dim))
-        q = self.hook_rot_q(self.rotary(q, offset=position))
-        k = self.hook_rot_k(self.rotary(k, offset=position))
+        pad = None if cache is None else cache.pad  # left padding of a batched decode (trainer.kv_cache)
+        offset = position if pad is None else position - pad  # each row's own positions
+        q = self.hook_rot_q(self.rotary(q, offset=offset))
+        k = self.hook_rot_k(self.rotary(k, offset=offset))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, heads, seq, dim]
         if cache is not None:
             k, v = cache[self.layer].update(k, v)
+        padding = None
+        if pad is not None:
+            if self.probes:
+                raise ValueError("probes see one unpadded sequence: decode probed samples one at a time")
+            padding = KeyPadding((pad - (position + n - k.shape[2])).clamp(min=0))
         if self.probes:
             call = AttentionCall(
                 layer=self.layer,
@@ -119,7 +127,15 @@ class Attention(nn.Module):
             )
             for probe in self.probes:
                 probe(call)
-        z = attention(q, k, v, window=att.window, scale=att.scale, backend=self.backend)
+        z = attention(
+            q,
+            k,
+            v,
+            window=att.window,
+            scale=att.scale,
+            backend=self.backend if padding is None else "auto",
+            padding=padding,
+        )
         z = self.hook_z(z.transpose(1, 2))  # [batch, seq, heads, v_dim]
         return self.o_proj(z.reshape(b, n, att.n_heads * att.v_head_dim))
 
@@ -243,11 +259,15 @@ class Transformer(HookedRootModule):
         return (losses * mask.to(losses.dtype)).sum()
 
     @torch.no_grad()
-    def generate(self, input_ids: Tensor, max_new_tokens: int, stop_ids: list[int] | None = None) -> Tensor:
+    def generate(
+        self, input_ids: Tensor | list[Tensor], max_new_tokens: int, stop_ids: list[int] | None = None
+    ) -> Tensor:
         """Greedy decoding with a KV cache: one prefill pass, then one token per step.
 
         Args:
-            input_ids: prompt ``[batch, seq]``.
+            input_ids: prompt ``[batch, seq]``, or a list of prompts ``[1, seq_i]`` of different lengths:
+                each is prefilled on its own, then the caches are left-padded into one
+                (:meth:`KVCache.stack`) and all rows decode together.
             max_new_tokens: upper bound on generated tokens.
             stop_ids: a row is finished once it emits one of these (the stop token is included).
 
@@ -257,9 +277,13 @@ class Transformer(HookedRootModule):
         """
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
-        cache = KVCache(self.cfg)
-        stop = torch.tensor(stop_ids or [], dtype=torch.long, device=input_ids.device)
-        token = self(input_ids, cache=cache, last_only=True)[:, -1].argmax(-1)
+        prompts = input_ids if isinstance(input_ids, list) else [input_ids]
+        caches = [KVCache(self.cfg) for _ in prompts]
+        token = torch.cat(
+            [self(p, cache=c, last_only=True)[:, -1] for p, c in zip(prompts, caches, strict=True)]
+        ).argmax(-1)
+        cache = caches[0] if len(caches) == 1 else KVCache.stack(caches)
+        stop = torch.tensor(stop_ids or [], dtype=torch.long, device=token.device)
         finished = torch.zeros_like(token, dtype=torch.bool)
         fill = token.clone()
         out = []

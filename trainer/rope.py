@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 
 class Rotary(nn.Module):
-    """Applies RoPE to ``x: [batch, seq, heads, dim]`` at absolute positions ``offset .. offset+seq-1``."""
+    """Applies RoPE to ``x: [batch, seq, heads, dim]`` at absolute positions ``offset .. offset+seq-1``;
+    ``offset`` is an int or a ``[batch]`` tensor (rows at different positions: batched decoding)."""
 
     def __init__(self, rope_dim: int, theta: float) -> None:
         super().__init__()
@@ -40,13 +41,18 @@ class Rotary(nn.Module):
             self._cache[key] = cached
         return cached[0][:length], cached[1][:length]
 
-    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         if self.rope_dim == 0:
             return x
         seq = x.shape[1]
         work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-        cos, sin = self._cos_sin(offset + seq, x.device, work)
-        cos, sin = cos[offset:, None, :], sin[offset:, None, :]  # [seq, 1, half]
+        if isinstance(offset, Tensor):
+            positions = offset.to(x.device)[:, None] + torch.arange(seq, device=x.device)  # [batch, seq]
+            cos, sin = self._cos_sin(int(positions.max()) + 1, x.device, work)
+            cos, sin = cos[positions][:, :, None, :], sin[positions][:, :, None, :]  # [batch, seq, 1, half]
+        else:
+            cos, sin = self._cos_sin(offset + seq, x.device, work)
+            cos, sin = cos[offset:, None, :], sin[offset:, None, :]  # [seq, 1, half]
         half = self.rope_dim // 2
         a = x[..., :half].to(work)
         b = x[..., half : self.rope_dim].to(work)

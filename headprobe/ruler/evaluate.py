@@ -88,16 +88,33 @@ def _done(path: Path) -> dict[int, dict[str, Any]]:
     return rows
 
 
-def _check_memory(model: ProbedModel, length: int, memory_limit: int | None) -> None:
+MAX_BATCH = 32
+
+
+def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None, requested: int | None = None) -> int:
+    """How many samples of ``length`` tokens decode together: the KV caches of a batch must fit in
+    half of what one prefill pass leaves free (at most ``MAX_BATCH``); ``requested`` is checked the same
+    way. Raises with the numbers when not even one sample fits."""
     from headprobe.analyze import AnalysisError, AnalyzeSettings, available_memory, estimate_memory
 
-    est = estimate_memory(model, length, AnalyzeSettings(metrics=["retrieval"], rows="last:1", max_new_tokens=128))
+    est = estimate_memory(model, length, AnalyzeSettings(metrics=["entropy"], rows="last:1"))
     budget = memory_limit or available_memory(model.device)
-    if est.total > 0.9 * budget:
+    per_sample = model.kv_cache_bytes(length + 128)
+    if est.total + per_sample > 0.9 * budget:
         raise AnalysisError(
-            f"{model.name} at {length:,} tokens needs about {est.describe()}, but only "
-            f"{budget / 2**30:.2f} GiB is available; use shorter --lengths or a larger machine"
+            f"{model.name} at {length:,} tokens needs about {(est.total + per_sample) / 2**30:.2f} GiB "
+            f"({est.describe()} + KV cache {per_sample / 2**30:.2f} GiB), but only {budget / 2**30:.2f} GiB is "
+            "available; use shorter --lengths or a larger machine"
         )
+    fits = max(1, int((0.9 * budget - est.total) * 0.5 // per_sample))
+    if requested is None:
+        return min(fits, MAX_BATCH)
+    if requested > fits:
+        raise AnalysisError(
+            f"--batch-size {requested} at {length:,} tokens needs {requested * per_sample / 2**30:.2f} GiB of KV "
+            f"cache; at most {fits} fit in {budget / 2**30:.2f} GiB; use a smaller --batch-size (0 = automatic)"
+        )
+    return requested
 
 
 def evaluate(
@@ -108,17 +125,23 @@ def evaluate(
     memory_limit: int | None = None,
     progress: bool = True,
     on_sample: Callable[[dict[str, Any]], None] | None = None,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
-    """Generate (or read) the samples, decode greedily, score; see the module docstring."""
+    """Generate (or read) the samples, decode greedily, score; see the module docstring.
+
+    Samples of one task and length decode together in batches of ``batch_size`` (``None``: as many as
+    the memory allows, see :func:`decode_batch_size`); a batch's predictions are appended when it ends.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     tasks = resolve_tasks(settings.tasks)
     out = Path(out)
     model = load_model(checkpoint, device=device)
+    batch: dict[int, int] = {}
     for length in settings.lengths:
         model.check_length(length)
-        _check_memory(model, length, memory_limit)
+        batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
     tok = model.tokenizer
     bos = [tok.bos_id] if tok.bos_id is not None and not _is_byte(tok) else []
     if settings.data:
@@ -145,32 +168,37 @@ def evaluate(
         disable=not progress,
     ) as bar:
         job = bar.add_task("ruler", total=len(samples), what="")
-        files: dict[tuple[str, int], tuple[Path, dict[int, dict]]] = {}
+        groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for sample in samples:
-            key = (sample["task"], sample["length"])
-            if key not in files:
-                path = out / "predictions" / f"{key[0]}-{key[1]}.jsonl"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                files[key] = (path, _done(path))
-            path, done = files[key]
-            bar.update(job, what=f"{key[0]} @ {key[1]}")
-            if sample["index"] not in done:
-                ids = torch.tensor([bos + tok.encode(sample["input"] + sample["answer_prefix"])])
-                new = model.decode(ids, TASKS[sample["task"]].tokens_to_generate, stop)
-                row = {
-                    "index": sample["index"],
-                    "pred": postprocess(tok.decode(new)),
-                    "outputs": sample["outputs"],
-                    "token_count": ids.shape[1],
-                    "source": sample.get("source"),
-                    "haystack": sample.get("haystack"),
-                }
+            groups.setdefault((sample["task"], sample["length"]), []).append(sample)
+        for (task, length), group in groups.items():
+            path = out / "predictions" / f"{task}-{length}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            done = _done(path)
+            bar.update(job, what=f"{task} @ {length}")
+            bar.advance(job, sum(s["index"] in done for s in group))
+            pending = [s for s in group if s["index"] not in done]
+            for start in range(0, len(pending), batch[length]):
+                chunk = pending[start : start + batch[length]]
+                prompts = [torch.tensor([bos + tok.encode(s["input"] + s["answer_prefix"])]) for s in chunk]
+                outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, stop)
+                rows = [
+                    {
+                        "index": s["index"],
+                        "pred": postprocess(tok.decode(new)),
+                        "outputs": s["outputs"],
+                        "token_count": ids.shape[1],
+                        "source": s.get("source"),
+                        "haystack": s.get("haystack"),
+                    }
+                    for s, ids, new in zip(chunk, prompts, outputs, strict=True)
+                ]
                 with path.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
-                done[sample["index"]] = row
-                if on_sample:
-                    on_sample(row)
-            bar.advance(job)
+                    f.write("".join(json.dumps(row) + "\n" for row in rows))
+                for row in rows:
+                    if on_sample:
+                        on_sample(row)
+                bar.advance(job, len(rows))
     scores = score_predictions(out, tasks, settings)
     scores.update(
         {"checkpoint": str(checkpoint), "command": sys.argv, "settings": asdict(settings), "versions": _versions()}
