@@ -35,6 +35,12 @@ def _ints(text: str) -> list[int]:
         raise typer.BadParameter(f"expected a comma list of integers, got {text!r}") from None
 
 
+WRAPPER_HELP = (
+    "prompt wrapper (RULER's model template): base, chat (the model folder's chat template), "
+    "or a string/file containing {task_template}"
+)
+
+
 @ruler_app.command("generate")
 def ruler_generate(
     out: Annotated[Path, typer.Option(help="JSONL file to write")],
@@ -46,16 +52,21 @@ def ruler_generate(
     haystack_file: Annotated[list[Path] | None, typer.Option(help="text files for the essay haystack")] = None,
     qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
     reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
+    wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
 ) -> None:
     """Generate RULER-style samples fitted to a tokenizer, one JSON object per line."""
     from headprobe.ruler import RulerError, RulerGenerator, resolve_tasks
     from headprobe.ruler.evaluate import qa_file_kinds
+    from headprobe.ruler.templates import resolve_wrapper
     from trainer.atomic import atomic_write_text
     from trainer.tokenizer import load_tokenizer
 
     try:
         tok = load_tokenizer(tokenizer)
-        gen = RulerGenerator(tok, seed, haystack_file or None, qa_file_kinds([str(f) for f in qa_file or []]), reserve)
+        folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
+        qa = qa_file_kinds([str(f) for f in qa_file or []])
+        template = resolve_wrapper(wrapper, folder if tokenizer != "byte" else None)
+        gen = RulerGenerator(tok, seed, haystack_file or None, qa, reserve, wrapper=template)
         rows = list(gen.samples(resolve_tasks(tasks), _ints(lengths), samples))
     except (RulerError, ValueError, FileNotFoundError) as err:
         raise _error(err) from None
@@ -77,6 +88,7 @@ def ruler_eval(
     device: str = "cpu",
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
     batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
+    wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
     progress: bool = True,
 ) -> None:
     """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores."""
@@ -94,6 +106,7 @@ def ruler_eval(
         haystack_files=[str(f) for f in haystack_file] if haystack_file else None,
         qa_files=[str(f) for f in qa_file] if qa_file else None,
         data=str(data) if data else None,
+        wrapper=wrapper,
     )
     try:
         scores = evaluate(

@@ -321,13 +321,17 @@ class Oracle(ProbedModel):
     def __init__(self, answers: dict[str, list[str]], silent: bool = False) -> None:
         self.name, self.tokenizer, self.layers, self.max_positions = "oracle", ByteTokenizer(), [], None
         self.answers, self.silent = answers, silent
-        self.calls = 0
+        self.calls, self.batches = 0, []
 
     def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
         self.calls += 1
         text = self.tokenizer.decode(prompt_ids[0].tolist())
         refs = next(v for k, v in self.answers.items() if text.startswith(k))
         return [] if self.silent else self.tokenizer.encode(" " + " ".join(refs))
+
+    def decode_batch(self, prompts, max_new_tokens, stop_ids=None):
+        self.batches.append(len(prompts))
+        return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
 
 
 def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
@@ -341,6 +345,7 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     assert scores["tasks"] == {t: {"2048": 100.0, "4096": 100.0} for t in settings.tasks}
     assert scores["per_length_mean"] == {"2048": 100.0, "4096": 100.0} and scores["ruler_style_score"] == 100.0
     assert scores["label"] == "RULER-style" and oracle.calls == 12
+    assert oracle.batches == [2] * 6  # the two samples of each task x length together
     evaluate("oracle", tmp_path, settings, progress=False)  # everything predicted already
     assert oracle.calls == 12
     silent = Oracle(answers, silent=True)
@@ -389,3 +394,69 @@ def test_batch_size_is_bounded_by_memory():
         evaluate_mod.decode_batch_size(model, 4096, limit, requested=6)
     with pytest.raises(AnalysisError, match="shorter --lengths"):
         evaluate_mod.decode_batch_size(model, 4096, int((est + 0.5 * per) / 0.9))
+
+
+WRAPPER = "Some users are here.<|user|>\n{task_template}<|end|>\n<|assistant|>\n"
+
+
+def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
+    gen = RulerGenerator(ByteTokenizer(), seed=5, wrapper=WRAPPER)
+    before, after = "Some users are here.<|user|>\n", "<|end|>\n<|assistant|>\n"
+    for task in TASKS:
+        s = gen.sample(task, 4096, 0)
+        assert s["input"].startswith(before) and s["input"].endswith(after), task
+        assert 0.95 * s["budget"] <= s["token_count"] <= s["budget"]
+        assert s["wrapper"] == WRAPPER
+    # vt: the example sits inside the wrapper, before the task (RULER: "after any chat prefix")
+    vt = gen.sample("vt", 4096, 0)["input"]
+    assert vt.count(before) == 1 and vt.startswith(before + "Memorize and track")
+    # cwe: the example goes through the whole template, answer included, then the real prompt
+    cwe = gen.sample("cwe", 4096, 0)["input"]
+    example, prompt = cwe.split(T.CWE_PREFIX + " 1. ", 1)[0], cwe.split("\n" + before, 1)[1]
+    assert example.startswith(before + "Below is a numbered list") and example.endswith(after)
+    assert prompt.startswith("Below is a numbered list") and cwe.count(before) == 2
+    # the singular rewrite edits the task template, not the wrapper (RULER also rewrites the wrapper)
+    single = gen.sample("niah_single_1", 4096, 0)["input"]
+    assert single.startswith(before + "A special magic number is hidden")
+
+
+def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
+    from transformers import AutoTokenizer
+
+    from headprobe.ruler.evaluate import _with_bos
+    from headprobe.ruler.templates import resolve_wrapper
+    from headprobe.toy_hf import build_toy_hf_model
+    from trainer.tokenizer import HFTokenizer
+
+    folder = build_toy_hf_model("llama", tmp_path / "m", layers=2)
+    with pytest.raises(ValueError, match="no chat_template"):
+        resolve_wrapper("chat", folder)
+    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    tok.chat_template = (
+        "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    )
+    tok.save_pretrained(str(folder))
+    wrapper = resolve_wrapper("chat", folder)
+    assert wrapper == "<s><|user|>\n{task_template}<|end|>\n<|assistant|>\n"
+    hf_tok = HFTokenizer(folder)
+    ids = hf_tok.encode(wrapper.split("{task_template}")[0] + "hello")
+    assert ids[0] == hf_tok.bos_id and _with_bos([hf_tok.bos_id], ids) == ids
+    assert _with_bos([hf_tok.bos_id], ids[1:]) == ids
+    with pytest.raises(ValueError, match="exactly once"):
+        resolve_wrapper("<|user|>{task_template}{task_template}")
+    with pytest.raises(ValueError, match=r"tokenizer_config\.json"):
+        resolve_wrapper("chat", tmp_path)
+    assert resolve_wrapper("base") == "{task_template}"
+    (tmp_path / "w.txt").write_text("[INST] {task_template} [/INST]")
+    assert resolve_wrapper(str(tmp_path / "w.txt")) == "[INST] {task_template} [/INST]"
+
+
+def test_generate_command_with_a_wrapper(tmp_path):
+    args = ["ruler", "generate", "--out", str(tmp_path / "s.jsonl"), "--tasks", "qa_1", "--lengths", "2048"]
+    res = CliRunner().invoke(app, [*args, "--samples", "1", "--wrapper", "[INST] {task_template} [/INST]"])
+    assert res.exit_code == 0, res.output
+    row = json.loads((tmp_path / "s.jsonl").read_text())
+    assert row["input"].startswith("[INST] Answer the question") and row["input"].endswith(" [/INST]")
+    res = CliRunner().invoke(app, [*args, "--samples", "1", "--wrapper", "[INST] no slot"])
+    assert res.exit_code != 0 and "{task_template} exactly once" in res.output

@@ -23,6 +23,7 @@ from headprobe.models import ProbedModel, load_model
 from headprobe.ruler.generate import RulerError, RulerGenerator
 from headprobe.ruler.scoring import METRICS, postprocess
 from headprobe.ruler.tasks import TASKS, resolve_tasks
+from headprobe.ruler.templates import resolve_wrapper
 from trainer.atomic import atomic_write_text
 
 
@@ -35,6 +36,7 @@ class RulerSettings:
     haystack_files: list[str] | None = None
     qa_files: list[str] | None = None
     data: str | None = None
+    wrapper: str = "base"  # base | chat | a wrapper string or file (see headprobe.ruler.templates)
 
 
 def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
@@ -155,6 +157,7 @@ def evaluate(
             [Path(f) for f in settings.haystack_files or []] or None,
             qa_file_kinds(settings.qa_files),
             reserve=len(bos),
+            wrapper=resolve_wrapper(settings.wrapper, checkpoint),
         )
         samples = list(gen.samples(tasks, settings.lengths, settings.samples))
     stop = [tok.eos_id] if tok.eos_id is not None else None
@@ -180,7 +183,7 @@ def evaluate(
             pending = [s for s in group if s["index"] not in done]
             for start in range(0, len(pending), batch[length]):
                 chunk = pending[start : start + batch[length]]
-                prompts = [torch.tensor([bos + tok.encode(s["input"] + s["answer_prefix"])]) for s in chunk]
+                prompts = [torch.tensor([_with_bos(bos, tok.encode(s["input"] + s["answer_prefix"]))]) for s in chunk]
                 outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, stop)
                 rows = [
                     {
@@ -205,6 +208,11 @@ def evaluate(
     )
     atomic_write_text(out / "scores.json", json.dumps(scores, indent=2) + "\n")
     return scores
+
+
+def _with_bos(bos: list[int], ids: list[int]) -> list[int]:
+    """Prepend the BOS unless the prompt already starts with it (chat wrappers often write it)."""
+    return ids if ids[: len(bos)] == bos else bos + ids
 
 
 def _is_byte(tok) -> bool:

@@ -117,7 +117,8 @@ class Draft:
 
     ``render(n)`` gives ``(input, answer_prefix, outputs)``; ``predict(n)`` estimates the tokens of
     ``input + answer_prefix`` from piece counts (non-decreasing in ``n``); ``n`` ranges over
-    ``[n_min, n_max]``; ``growable`` says whether the text can fill the budget.
+    ``[n_min, n_max]``; ``growable`` says whether the text can fill the budget. ``render`` gives the
+    task prompt alone; :meth:`RulerGenerator.sample` puts it in the model wrapper, after ``example``.
     """
 
     render: Callable[[int], tuple[str, str, list[str]]]
@@ -125,6 +126,7 @@ class Draft:
     n_min: int
     n_max: int
     growable: bool = True
+    example: str = ""  # a few-shot example placed before the wrapped prompt (cwe); counted by predict
 
 
 def fit(draft: Draft, budget: int, counter: Counter, what: str) -> tuple[str, str, list[str], int, int]:
@@ -177,6 +179,8 @@ class RulerGenerator:
         haystack_files: text files replacing the generated prose of the ``essay`` haystack.
         qa_files: ``{"squad": path, "hotpotqa": path}`` original dataset files (else the built-in set).
         reserve: tokens to keep free for special tokens the evaluator adds (e.g. a BOS).
+        wrapper: RULER's model template around every task prompt (see :mod:`headprobe.ruler.templates`).
+            Unlike RULER, the singular rewrite never edits the wrapper's own text.
     """
 
     def __init__(
@@ -186,8 +190,11 @@ class RulerGenerator:
         haystack_files: list[Path] | None = None,
         qa_files: dict[str, Path] | None = None,
         reserve: int = 0,
+        wrapper: str = T.BASE_WRAPPER,
     ) -> None:
         self.tokenizer, self.seed, self.reserve = tokenizer, seed, reserve
+        self.wrapper = wrapper
+        self.wrap_before, self.wrap_after = T.split_wrapper(wrapper)
         self.counter = Counter(tokenizer)
         self.essay = EssayCorpus(haystack_files)
         self.qa_files = qa_files or {}
@@ -209,7 +216,7 @@ class RulerGenerator:
         rng = random.Random(f"{self.seed}/{task.name}/{length}/{index}")
         build = {"niah": self._niah, "vt": self._vt, "cwe": self._cwe, "fwe": self._fwe, "qa": self._qa_draft}
         draft, haystack, source = build[task.family](task, rng, budget, length, index)
-        text, prefix, outputs, n, count = fit(draft, budget, self.counter, what)
+        text, prefix, outputs, n, count = fit(self._wrapped(draft), budget, self.counter, what)
         return {
             "index": index,
             "input": text,
@@ -222,7 +229,24 @@ class RulerGenerator:
             "size": n,
             "haystack": haystack,
             "source": source,
+            "wrapper": self.wrapper,
         }
+
+    def _wrap(self, prompt: str) -> str:
+        return self.wrap_before + prompt + self.wrap_after
+
+    def _wrapped(self, draft: Draft) -> Draft:
+        """``draft`` with its prompt inside the wrapper (after its example); the wrapper's tokens are
+        counted once, and ``fit``'s final tokenisation corrects any merge at the seams."""
+        if self.wrapper == T.BASE_WRAPPER and not draft.example:
+            return draft
+        extra = self.counter.one(self.wrap_before + self.wrap_after) if self.wrapper != T.BASE_WRAPPER else 0
+
+        def render(n: int) -> tuple[str, str, list[str]]:
+            text, prefix, outputs = draft.render(n)
+            return draft.example + self._wrap(text), prefix, outputs
+
+        return Draft(render, lambda n: draft.predict(n) + extra, draft.n_min, draft.n_max, draft.growable)
 
     def samples(self, tasks: Iterable[Task], lengths: Iterable[int], n: int) -> Iterator[dict[str, Any]]:
         for length in lengths:
@@ -386,7 +410,8 @@ class RulerGenerator:
         example_words = self._cwe_words(rng, ex_words)
         listing = self._cwe_list(example_words, task.num_cw, ex_cw, ex_ucw, rng)
         answer = " ".join(f"{i + 1}. {w}" for i, w in enumerate(example_words[: task.num_cw]))
-        example = T.CWE_TEMPLATE.format(context=listing) + T.CWE_PREFIX + " " + answer + "\n"
+        # RULER renders the example through the whole template, wrapper included, before the prompt
+        example = self._wrap(T.CWE_TEMPLATE.format(context=listing)) + T.CWE_PREFIX + " " + answer + "\n"
         pool_seed = rng.random()
         head, tail = T.CWE_TEMPLATE.split("{context}")
         fixed = self.counter.one(example + head + tail + T.CWE_PREFIX)
@@ -402,12 +427,12 @@ class RulerGenerator:
         def render(n: int):
             ws = words_for(n)
             text = self._cwe_list(ws, task.num_cw, freq_cw, freq_ucw, random.Random(pool_seed + n))
-            return example + head + text + tail, T.CWE_PREFIX, ws[: task.num_cw]
+            return head + text + tail, T.CWE_PREFIX, ws[: task.num_cw]
 
         n_max = task.num_cw + 1
         while predict(n_max) <= budget:
             n_max *= 2
-        return Draft(render, predict, task.num_cw, n_max)
+        return Draft(render, predict, task.num_cw, n_max, example=example)
 
     # -- frequent words --------------------------------------------------------------------------
     def _fwe(self, task: Task, rng: random.Random, budget: int, length: int, index: int):
