@@ -39,7 +39,7 @@ from headprobe.metrics import (
     retrieval_heads,
     score_prompts,
 )
-from headprobe.models import ModelLoadError, ProbedModel, load_model
+from headprobe.models import ModelLoadError, ProbedModel, load_model, parse_dtype
 from trainer.atomic import atomic_write_text
 
 METRICS = ("retrieval", "entropy", "reordering", "erank")
@@ -61,8 +61,13 @@ class AnalyzeSettings:
     seed: int = 0
     max_new_tokens: int = 50
     haystack: list[str] | None = None
+    dtype: str | None = None  # model dtype (headprobe.models.DTYPES); None = as saved
 
     def validate(self) -> None:
+        try:
+            parse_dtype(self.dtype)
+        except ValueError as err:
+            raise AnalysisError(str(err)) from None
         unknown = [m for m in self.metrics if m not in METRICS]
         if unknown:
             raise AnalysisError(f"unknown metric(s) {unknown}; choose from {', '.join(METRICS)}")
@@ -84,6 +89,7 @@ class AnalyzeSettings:
             "samples": self.samples,
             "seed": self.seed,
             "haystack": self.haystack,
+            "dtype": self.dtype,
         }
         if metric in ("entropy", "reordering", "erank"):
             keep["rows"] = self.rows
@@ -313,7 +319,7 @@ def analyze_checkpoint(
     advance: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """All items of one checkpoint; returns its summary."""
-    model = load_model(path, device=device)
+    model = load_model(path, device=device, dtype=parse_dtype(settings.dtype))
     name = checkpoint_name(path)
     folder = out / name
     budget = memory_limit or available_memory(torch.device(device))

@@ -35,6 +35,7 @@ def _ints(text: str) -> list[int]:
         raise typer.BadParameter(f"expected a comma list of integers, got {text!r}") from None
 
 
+DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
 WRAPPER_HELP = (
     "prompt wrapper (RULER's model template): base, chat (the model folder's chat template), "
     "or a string/file containing {task_template}"
@@ -89,6 +90,7 @@ def ruler_eval(
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
     batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
     wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
+    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     progress: bool = True,
 ) -> None:
     """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores."""
@@ -107,6 +109,7 @@ def ruler_eval(
         qa_files=[str(f) for f in qa_file] if qa_file else None,
         data=str(data) if data else None,
         wrapper=wrapper,
+        dtype=dtype,
     )
     try:
         scores = evaluate(
@@ -166,9 +169,10 @@ def shortctx_eval(
     limit: Annotated[int | None, typer.Option(help="evaluate only the first N items")] = None,
     out: Annotated[Path | None, typer.Option(help="write results JSON here")] = None,
     device: str = "cpu",
+    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm)."""
-    from headprobe.models import ModelLoadError, load_model
+    from headprobe.models import ModelLoadError, load_model, parse_dtype
     from headprobe.shortctx import ShortCtxError, builtin_items, evaluate_items, load_task
     from trainer.atomic import atomic_write_text
 
@@ -179,10 +183,12 @@ def shortctx_eval(
             raise ShortCtxError(f"--task {task} needs --file with the task's local data")
         else:
             items = load_task(task, file)
-        result = evaluate_items(load_model(checkpoint, device=device), items[:limit], progress=True)
-    except (ShortCtxError, ModelLoadError) as err:
+        model = load_model(checkpoint, device=device, dtype=parse_dtype(dtype))
+        result = evaluate_items(model, items[:limit], progress=True)
+    except (ShortCtxError, ModelLoadError, ValueError) as err:
         raise _error(err) from None
-    summary = {"checkpoint": str(checkpoint), "task": task, "file": str(file) if file else None, **result}
+    summary = {"checkpoint": str(checkpoint), "task": task, "file": str(file) if file else None, "dtype": dtype}
+    summary.update(result)
     if out:
         atomic_write_text(out, json.dumps(summary, indent=2) + "\n")
     typer.echo(f"{task}: acc {result['acc']:.4f}  acc_norm {result['acc_norm']:.4f}  ({result['n']} items)")
@@ -203,6 +209,7 @@ def analyze(
     max_new_tokens: Annotated[int, typer.Option(help="retrieval: decoding budget per sample")] = 50,
     haystack_file: Annotated[list[Path] | None, typer.Option(help="text files to use as haystack")] = None,
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
     progress: bool = True,
 ) -> None:
@@ -221,6 +228,7 @@ def analyze(
             seed=seed,
             max_new_tokens=max_new_tokens,
             haystack=[str(f) for f in haystack_file] if haystack_file else None,
+            dtype=dtype,
         )
         settings.validate()
     except (AnalysisError, ValueError) as err:

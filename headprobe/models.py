@@ -418,6 +418,26 @@ class HFModel(ProbedModel):
         return out.logits
 
 
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "float64": torch.float64,
+}
+
+
+def parse_dtype(name: str | None) -> torch.dtype | None:
+    """``--dtype`` names to torch dtypes; ``None`` keeps the checkpoint's own (float32 for HF models)."""
+    if name is None:
+        return None
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ProbedModel:
     """Our checkpoint folder or a local Hugging Face model folder, as a :class:`ProbedModel`."""
     from trainer.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint

@@ -87,6 +87,8 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
     with pytest.raises(AssertionError, match="redone"):  # other settings: the items are computed again
         analyze([ours], tmp_path, settings(metrics=["entropy"], rows="last:8"), progress=False)
+    with pytest.raises(AssertionError, match="redone"):  # another dtype gives other numbers: recomputed
+        analyze([ours], tmp_path, settings(metrics=["entropy"], dtype="float64"), progress=False)
 
 
 def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch):
@@ -148,6 +150,7 @@ def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkp
         (["--metrics", "entropy,attention"], "unknown metric"),
         (["--rows", "last:x"], "--rows"),
         (["--lengths", "4,8"], "at least 16"),
+        (["--dtype", "half-ish"], "unknown dtype"),
     ]:
         res = runner.invoke(app, ["analyze", str(ours), "--out", str(tmp_path / "b"), *args], env={"COLUMNS": "300"})
         assert res.exit_code == 2 and match in res.output, res.output

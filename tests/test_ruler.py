@@ -460,3 +460,18 @@ def test_generate_command_with_a_wrapper(tmp_path):
     assert row["input"].startswith("[INST] Answer the question") and row["input"].endswith(" [/INST]")
     res = CliRunner().invoke(app, [*args, "--samples", "1", "--wrapper", "[INST] no slot"])
     assert res.exit_code != 0 and "{task_template} exactly once" in res.output
+
+
+def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_load(path, device="cpu", dtype=None):
+        seen["dtype"] = dtype
+        raise RulerError("stop here")
+
+    monkeypatch.setattr(evaluate_mod, "load_model", fake_load)
+    with pytest.raises(RulerError, match="stop here"):
+        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], lengths=[2048], samples=1, dtype="bf16"), progress=False)
+    assert seen["dtype"] is torch.bfloat16
+    with pytest.raises(ValueError, match="unknown dtype"):
+        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], dtype="int8"), progress=False)

@@ -261,3 +261,24 @@ def test_shortctx_cli(tmp_path):
     assert saved["n"] == 6 and 0 <= saved["acc"] <= 1
     res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--task", "arc"], env={"COLUMNS": "300"})
     assert res.exit_code == 2 and "needs --file" in res.output
+
+
+def test_shortctx_cli_dtype(tmp_path):
+    from conftest import tiny_config
+
+    from trainer.checkpoint import save_checkpoint
+    from trainer.model import Transformer
+
+    save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ck")
+    runner = CliRunner()
+    results = {}
+    for dtype in ("float32", "float64"):
+        out = tmp_path / f"{dtype}.json"
+        args = ["shortctx", "eval", str(tmp_path / "ck"), "--limit", "9", "--dtype", dtype, "--out", str(out)]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        results[dtype] = json.loads(out.read_text())
+    assert results["float64"]["dtype"] == "float64"
+    assert results["float64"]["acc"] == results["float32"]["acc"]  # same weights, more precise sums
+    res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--dtype", "fp8"], env={"COLUMNS": "300"})
+    assert res.exit_code == 2 and "unknown dtype 'fp8'" in res.output

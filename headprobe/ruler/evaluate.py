@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from headprobe.models import ProbedModel, load_model
+from headprobe.models import ProbedModel, load_model, parse_dtype
 from headprobe.ruler.generate import RulerError, RulerGenerator
 from headprobe.ruler.scoring import METRICS, postprocess
 from headprobe.ruler.tasks import TASKS, resolve_tasks
@@ -37,6 +37,7 @@ class RulerSettings:
     qa_files: list[str] | None = None
     data: str | None = None
     wrapper: str = "base"  # base | chat | a wrapper string or file (see headprobe.ruler.templates)
+    dtype: str | None = None  # model dtype (headprobe.models.DTYPES); None = as saved
 
 
 def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
@@ -139,7 +140,7 @@ def evaluate(
 
     tasks = resolve_tasks(settings.tasks)
     out = Path(out)
-    model = load_model(checkpoint, device=device)
+    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype))
     batch: dict[int, int] = {}
     for length in settings.lengths:
         model.check_length(length)
