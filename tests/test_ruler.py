@@ -354,6 +354,11 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     assert zero["ruler_style_score"] == 0.0
     saved = json.loads((tmp_path / "scores.json").read_text())
     assert saved["samples"]["vt"] == {"2048": 2, "4096": 2} and saved["settings"]["lengths"] == [2048, 4096]
+    other = RulerSettings(
+        tasks=settings.tasks, lengths=settings.lengths, samples=2, seed=7, wrapper="[{task_template}]"
+    )
+    with pytest.raises(RulerError, match=r"other settings \(seed, wrapper differ\)"):
+        evaluate("oracle", tmp_path, other, progress=False)  # would mix two runs' predictions
 
 
 def test_batched_eval_predicts_what_one_at_a_time_does(tmp_path, monkeypatch):

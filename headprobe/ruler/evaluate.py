@@ -163,6 +163,13 @@ def evaluate(
         samples = list(gen.samples(tasks, settings.lengths, settings.samples))
     stop = [tok.eos_id] if tok.eos_id is not None else None
     console = Console(stderr=True)
+    _claim_predictions(out, checkpoint, settings)
+    trained = getattr(model, "trained_length", None)
+    if trained and max(settings.lengths) > trained:
+        console.print(
+            f"[yellow]note: {model.name} was trained on {trained:,}-token sequences; lengths above that "
+            "measure extrapolation"
+        )
     with Progress(
         TextColumn("[bold]ruler {task.fields[what]}"),
         BarColumn(),
@@ -209,6 +216,35 @@ def evaluate(
     )
     atomic_write_text(out / "scores.json", json.dumps(scores, indent=2) + "\n")
     return scores
+
+
+RUN_FILE = "predictions/run.json"
+
+
+def _claim_predictions(out: Path, checkpoint: str | Path, settings: RulerSettings) -> None:
+    """Record what the predictions in ``out`` are made from, or refuse to add to predictions made from
+    something else (a resumed run must not mix checkpoints, seeds, wrappers or dtypes)."""
+    key = {
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "seed": settings.seed,
+        "wrapper": settings.wrapper,
+        "dtype": settings.dtype,
+        "data": settings.data,
+        "haystack_files": settings.haystack_files,
+        "qa_files": settings.qa_files,
+    }
+    path = out / RUN_FILE
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        differ = sorted(k for k in key if old.get(k) != key[k])
+        if differ:
+            raise RulerError(
+                f"{out} holds predictions made with other settings ({', '.join(differ)} differ); use another "
+                f"--out, or delete {out / 'predictions'} to start over"
+            )
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(key, indent=2) + "\n")
 
 
 def _with_bos(bos: list[int], ids: list[int]) -> list[int]:
