@@ -1,8 +1,8 @@
 """Key/value cache for incremental decoding.
 
 Per layer it stores post-RoPE keys ``[batch, kv_heads, T, qk_dim]`` and values
-``[batch, kv_heads, T, v_dim]``. Full-attention layers keep every key (in a buffer that doubles when
-full, so a decode step copies nothing). Sliding-window layers keep only the last ``window - 1`` keys:
+``[batch, kv_heads, T, v_dim]``. Full-attention layers keep every key (in a buffer with 1/8 spare room
+that grows by 1/8 when full, so a decode step rarely copies). Sliding-window layers keep only the last ``window - 1`` keys:
 that is all the next query can see besides its own key (see :mod:`trainer.masks`).
 
 Batched decoding of prompts of different lengths: prefill each prompt into its own cache, then
@@ -71,7 +71,9 @@ class LayerCache:
         n_new = k_new.shape[2]
         needed = self.length + n_new
         if self.k is None or self.k.shape[2] < needed:
-            capacity = max(needed, 2 * (0 if self.k is None else self.k.shape[2]), 16)
+            # room for 1/8 more (at least 256 entries): geometric growth keeps appends amortised O(1),
+            # and a long prefill is not followed by a doubling of its cache at the first decode step
+            capacity = needed + max(256, needed // 8)
             self.k = self._grow(self.k, k_new, capacity)
             self.v = self._grow(self.v, v_new, capacity)
         self.k[:, :, self.length : needed] = k_new
