@@ -2,8 +2,9 @@
 
 Per layer it stores post-RoPE keys ``[batch, kv_heads, T, qk_dim]`` and values
 ``[batch, kv_heads, T, v_dim]``. Full-attention layers keep every key (in a buffer with 1/8 spare room
-that grows by 1/8 when full, so a decode step rarely copies). Sliding-window layers keep only the last ``window - 1`` keys:
-that is all the next query can see besides its own key (see :mod:`trainer.masks`).
+that grows by 1/8 when full, so a decode step rarely copies). Sliding-window layers keep only the
+last ``window - 1`` keys: that is all the next query can see besides its own key (see
+:mod:`trainer.masks`).
 
 Batched decoding of prompts of different lengths: prefill each prompt into its own cache, then
 ``KVCache.stack(caches)`` left-pads them into one cache (``pad[b]`` leading entries of row ``b`` are
