@@ -77,7 +77,9 @@ def ruler_generate(
 
 @ruler_app.command("eval")
 def ruler_eval(
-    checkpoint: Annotated[Path, typer.Argument(help="our checkpoint or a local Hugging Face model")],
+    checkpoints: Annotated[
+        list[Path], typer.Argument(help="our checkpoints or local Hugging Face models (several: one folder each)")
+    ],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ruler"),
     tasks: Annotated[str, typer.Option(help="all or a comma list of task names")] = "all",
     lengths: Annotated[str, typer.Option(help="comma list of lengths in tokens")] = "4096",
@@ -93,12 +95,13 @@ def ruler_eval(
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     progress: bool = True,
 ) -> None:
-    """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores."""
+    """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores.
+    Several checkpoints (a grid) are evaluated on the same samples, each into OUT/<name>/, and compared."""
     from headprobe.analyze import AnalysisError
     from headprobe.models import ModelLoadError
     from headprobe.plan import wide_console
-    from headprobe.ruler import RulerError
-    from headprobe.ruler.evaluate import RulerSettings, evaluate, score_table
+    from headprobe.ruler import RulerError, resolve_tasks
+    from headprobe.ruler.evaluate import RulerSettings, comparison_table, evaluate_many, score_table
 
     settings = RulerSettings(
         tasks=[t for t in tasks.split(",") if t],
@@ -112,19 +115,32 @@ def ruler_eval(
         dtype=dtype,
     )
     try:
-        scores = evaluate(
-            checkpoint,
+        resolve_tasks(settings.tasks)  # bad settings fail once, before any checkpoint is loaded
+        result = evaluate_many(
+            checkpoints,
             out,
             settings,
-            device,
-            int(memory_limit * 2**30) if memory_limit else None,
-            progress,
+            device=device,
+            memory_limit=int(memory_limit * 2**30) if memory_limit else None,
+            progress=progress,
             batch_size=batch_size or None,
         )
     except (RulerError, ModelLoadError, AnalysisError, ValueError) as err:
         raise _error(err) from None
-    wide_console().print(score_table(scores))
-    typer.echo(f"wrote {out / 'scores.json'}")
+    console = wide_console()
+    if len(checkpoints) == 1:
+        console.print(score_table(next(iter(result["checkpoints"].values()))))
+        typer.echo(f"wrote {out / 'scores.json'}")
+        return
+    for name, scores in result["checkpoints"].items():
+        console.print(score_table(scores), f"{name}: {out / name / 'scores.json'}")
+    if result["checkpoints"]:
+        console.print(comparison_table(result["checkpoints"]))
+        typer.echo(f"wrote {out / 'comparison.json'}")
+    for name, message in result["errors"].items():
+        typer.secho(f"error: {name}: {message}", fg=typer.colors.RED, err=True)
+    if result["errors"]:
+        raise typer.Exit(1)
 
 
 @app.command()

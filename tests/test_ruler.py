@@ -480,3 +480,29 @@ def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):
     assert seen["dtype"] is torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
         evaluate("x", tmp_path, RulerSettings(tasks=["vt"], dtype="int8"), progress=False)
+
+
+def test_eval_several_checkpoints_isolates_failures(tmp_path):
+    from conftest import tiny_config
+
+    from trainer.checkpoint import save_checkpoint
+
+    for name in ("a", "b"):
+        torch.manual_seed(ord(name))
+        save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / name)
+    args = ["ruler", "eval", str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "b")]
+    opts = ["--tasks", "vt,qa_1", "--lengths", "1024", "--samples", "2", "--out", str(tmp_path / "r"), "--no-progress"]
+    res = CliRunner().invoke(app, [*args, *opts], env={"COLUMNS": "300"})
+    assert res.exit_code == 1 and "missing" in res.output and "does not exist" in res.output
+    comparison = json.loads((tmp_path / "r" / "comparison.json").read_text())
+    assert set(comparison["checkpoints"]) == {"a", "b"} and set(comparison["errors"]) == {"missing"}
+    for name in ("a", "b"):
+        own = json.loads((tmp_path / "r" / name / "scores.json").read_text())
+        assert own["checkpoint"] == str(tmp_path / name) and set(own["tasks"]) == {"vt", "qa_1"}
+        assert comparison["checkpoints"][name]["ruler_style_score"] == own["ruler_style_score"]
+    assert not (tmp_path / "r" / "missing").exists()
+    (tmp_path / "x").mkdir()
+    res = CliRunner().invoke(app, ["ruler", "eval", str(tmp_path / "a"), str(tmp_path / "x" / ".." / "a"), *opts])
+    assert res.exit_code == 2 and "share a results folder" in res.output
+    res = CliRunner().invoke(app, ["ruler", "eval", str(tmp_path / "a"), "--tasks", "niah_single_9"])
+    assert res.exit_code == 2 and "niah_single_9" in res.output

@@ -299,6 +299,66 @@ def score_predictions(out: Path, tasks, settings: RulerSettings) -> dict[str, An
     }
 
 
+def evaluate_many(
+    checkpoints: list[str | Path], out: str | Path, settings: RulerSettings, **kwargs: Any
+) -> dict[str, Any]:
+    """:func:`evaluate` for each checkpoint (e.g. the members of a grid) with the same samples.
+
+    One checkpoint writes into ``out`` itself; several write into ``out/<name>/`` each (``name`` as in
+    ``headprobe analyze``) plus ``out/comparison.json``. A checkpoint that fails (missing, too short a
+    context, out of memory) is reported under ``errors`` and the others still run.
+
+    Returns:
+        ``{"checkpoints": {name: scores}, "errors": {name: message}}``.
+    """
+    from headprobe.analyze import AnalysisError, checkpoint_name
+    from headprobe.models import ModelLoadError
+
+    out = Path(out)
+    names = [checkpoint_name(Path(c)) for c in checkpoints]
+    if len(set(names)) < len(names):
+        raise RulerError(f"two checkpoints would share a results folder: {names}; evaluate them separately")
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for checkpoint, name in zip(checkpoints, names, strict=True):
+        try:
+            results[name] = evaluate(checkpoint, out if len(names) == 1 else out / name, settings, **kwargs)
+        except (RulerError, ModelLoadError, AnalysisError, ValueError) as err:
+            if len(names) == 1:
+                raise
+            errors[name] = str(err)
+    if len(names) > 1:
+        comparison = {
+            "label": "RULER-style",
+            "checkpoints": {
+                n: {"ruler_style_score": r["ruler_style_score"], "per_length_mean": r["per_length_mean"]}
+                for n, r in results.items()
+            },
+            "errors": errors,
+            "settings": asdict(settings),
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "comparison.json", json.dumps(comparison, indent=2) + "\n")
+    return {"checkpoints": results, "errors": errors}
+
+
+def comparison_table(results: dict[str, dict[str, Any]]):
+    """Checkpoints x lengths: the per-length means and the overall RULER-style score."""
+    from rich.table import Table
+
+    lengths = sorted({n for r in results.values() for n in r["per_length_mean"]}, key=int)
+    table = Table(title="RULER-style scores (0-100), mean over tasks")
+    table.add_column("checkpoint")
+    for length in lengths:
+        table.add_column(f"{int(length):,}", justify="right")
+    table.add_column("overall", justify="right")
+    for name, r in results.items():
+        per = r["per_length_mean"]
+        overall = r["ruler_style_score"]
+        table.add_row(name, *[f"{per[n]:.2f}" if n in per else "-" for n in lengths], f"{overall:.2f}")
+    return table
+
+
 def score_table(scores: dict[str, Any]):
     from rich.table import Table
 
