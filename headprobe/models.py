@@ -121,8 +121,8 @@ class ProbedModel:
         first stop token: the tokens :meth:`decode` gives each prompt, computed together. Each prompt
         minus its last token is prefilled on its own, the caches are left-padded into one
         (:meth:`_stack`) and every step advances all rows from their last prompt tokens."""
-        if len(prompts) == 1:
-            return [self.decode(prompts[0], max_new_tokens, stop_ids)]
+        if len(prompts) <= 1:
+            return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
         ids = [p.to(self.device) for p in prompts]
         state = self._stack([self._prefill(p[:, :-1]) for p in ids])
         token = torch.cat([p[:, -1:] for p in ids])  # [batch, 1]
@@ -130,8 +130,9 @@ class ProbedModel:
         live = set(range(len(ids)))
         for _ in range(max_new_tokens):
             token = self._step(state, token, None)[:, -1].argmax(-1, keepdim=True)
+            produced = token[:, 0].tolist()  # one device sync per step
             for row in sorted(live):
-                out[row].append(int(token[row]))
+                out[row].append(produced[row])
                 if stop_ids and out[row][-1] in stop_ids:
                     live.discard(row)
             if not live:
