@@ -186,6 +186,7 @@ def shortctx_eval(
     out: Annotated[Path | None, typer.Option(help="write results JSON here")] = None,
     device: str = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
+    batch_size: Annotated[int, typer.Option(help="sequences scored together (right-padded)")] = 16,
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm)."""
     from headprobe.models import ModelLoadError, load_model, parse_dtype
@@ -200,7 +201,7 @@ def shortctx_eval(
         else:
             items = load_task(task, file)
         model = load_model(checkpoint, device=device, dtype=parse_dtype(dtype))
-        result = evaluate_items(model, items[:limit], progress=True)
+        result = evaluate_items(model, items[:limit], progress=True, batch_size=max(1, batch_size))
     except (ShortCtxError, ModelLoadError, ValueError) as err:
         raise _error(err) from None
     summary = {"checkpoint": str(checkpoint), "task": task, "file": str(file) if file else None, "dtype": dtype}

@@ -53,12 +53,8 @@ def _logits(model: ProbedModel, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(model.logits(torch.tensor([ids]))[0].double(), dim=-1)
 
 
-def loglikelihood(model: ProbedModel, context: str, continuation: str) -> tuple[float, bool]:
-    """``(sum of log p(continuation tokens | context), whether greedy decoding would produce them)``.
-
-    Context and continuation are tokenised separately and concatenated, as lm-eval does, so the
-    continuation's tokens are exactly those scored.
-    """
+def _pair_ids(model: ProbedModel, context: str, continuation: str) -> tuple[list[int], list[int]]:
+    """Context and continuation token ids, tokenised separately (as lm-eval does)."""
     tok = model.tokenizer
     ctx = _with_bos(model, tok.encode(context))
     cont = tok.encode(continuation)
@@ -66,25 +62,69 @@ def loglikelihood(model: ProbedModel, context: str, continuation: str) -> tuple[
         raise ShortCtxError(f"continuation {continuation!r} has no tokens")
     if not ctx:  # lm-eval: start from the end-of-text token when there is no context
         ctx = [tok.eos_id if tok.eos_id is not None else cont[0]]
-    logp = _logits(model, ctx + cont)
-    picked = logp[len(ctx) - 1 : len(ctx) - 1 + len(cont)]
-    target = torch.tensor(cont, device=picked.device)
-    total = float(picked.gather(-1, target[:, None]).sum())
-    greedy = bool((picked.argmax(-1) == target).all())
-    return total, greedy
+    return ctx, cont
 
 
-def evaluate_items(model: ProbedModel, items: Iterable[Item], progress: bool = False) -> dict[str, Any]:
-    """``acc`` and ``acc_norm`` (0-1) over ``items``, with per-item predictions."""
+LOGIT_BUDGET = 1 << 27  # float32 logits held at once by a batch (batch x length x vocab), 512 MiB
+
+
+def loglikelihoods(
+    model: ProbedModel, pairs: list[tuple[str, str]], batch_size: int = 16, progress: bool = False
+) -> list[tuple[float, bool]]:
+    """``(sum of log p(continuation tokens | context), whether greedy decoding would produce them)`` for
+    each ``(context, continuation)`` pair.
+
+    Context and continuation are tokenised separately and concatenated, as lm-eval does, so the
+    continuation's tokens are exactly those scored. Sequences of similar length run together, padded on
+    the right: attention is causal, so padding after a sequence never changes its logits. A batch holds
+    at most ``batch_size`` sequences and ``LOGIT_BUDGET`` logits.
+    """
     from tqdm.auto import tqdm
 
+    encoded = [_pair_ids(model, c, x) for c, x in pairs]
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i][0]) - len(encoded[i][1]))
+    vocab = None
+    out: list[tuple[float, bool]] = [(0.0, False)] * len(encoded)
+    bar = tqdm(total=len(encoded), disable=not progress, desc="loglikelihood")
+    start = 0
+    while start < len(order):
+        longest = len(encoded[order[start]][0]) + len(encoded[order[start]][1])
+        fits = max(1, LOGIT_BUDGET // (longest * vocab)) if vocab else 1
+        chunk = order[start : start + min(batch_size, fits)]
+        ids = torch.zeros(len(chunk), longest, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            seq = encoded[i][0] + encoded[i][1]
+            ids[row, : len(seq)] = torch.tensor(seq)
+        logits = model.logits(ids)  # [rows, longest, vocab]
+        vocab = logits.shape[-1]
+        for row, i in enumerate(chunk):
+            ctx, cont = encoded[i]
+            picked = torch.log_softmax(logits[row, len(ctx) - 1 : len(ctx) - 1 + len(cont)].double(), dim=-1)
+            target = torch.tensor(cont, device=picked.device)
+            out[i] = (float(picked.gather(-1, target[:, None]).sum()), bool((picked.argmax(-1) == target).all()))
+        bar.update(len(chunk))
+        start += len(chunk)
+    bar.close()
+    return out
+
+
+def loglikelihood(model: ProbedModel, context: str, continuation: str) -> tuple[float, bool]:
+    """One pair's :func:`loglikelihoods`."""
+    return loglikelihoods(model, [(context, continuation)])[0]
+
+
+def evaluate_items(
+    model: ProbedModel, items: Iterable[Item], progress: bool = False, batch_size: int = 16
+) -> dict[str, Any]:
+    """``acc`` and ``acc_norm`` (0-1) over ``items``, with per-item predictions."""
     items = list(items)
     if not items:
         raise ShortCtxError("no items to evaluate")
+    scored = iter(loglikelihoods(model, [p for item in items for p in item.pairs], batch_size, progress))
     correct = correct_norm = 0
     rows = []
-    for item in tqdm(items, disable=not progress, desc="shortctx"):
-        sums = [loglikelihood(model, c, x)[0] for c, x in item.pairs]
+    for item in items:
+        sums = [next(scored)[0] for _ in item.pairs]
         norm = [s / max(1, len(x)) for s, (_, x) in zip(sums, item.pairs, strict=True)]
         pred, pred_norm = max(range(len(sums)), key=sums.__getitem__), max(range(len(norm)), key=norm.__getitem__)
         correct += pred == item.label
@@ -302,7 +342,7 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
         return tuple(request.args) if hasattr(request, "args") else tuple(request)
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:
-        return [loglikelihood(self.probed, *self._args(r)[:2]) for r in requests]
+        return loglikelihoods(self.probed, [self._args(r)[:2] for r in requests], self.batch_size)
 
     def loglikelihood_rolling(self, requests) -> list[float]:
         """Log-likelihood of each whole text (token by token from the start, one window)."""

@@ -282,3 +282,26 @@ def test_shortctx_cli_dtype(tmp_path):
     assert results["float64"]["acc"] == results["float32"]["acc"]  # same weights, more precise sums
     res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--dtype", "fp8"], env={"COLUMNS": "300"})
     assert res.exit_code == 2 and "unknown dtype 'fp8'" in res.output
+
+
+def test_batched_loglikelihoods_equal_one_at_a_time():
+    """Right-padded batches of different lengths score each pair as it scores alone (a real causal
+    model in float64), and the batch-size and logit-budget limits are respected."""
+    from conftest import tiny_config
+
+    from headprobe.models import HeadprobeModel
+    from headprobe.shortctx import loglikelihoods
+    from trainer.model import Transformer
+
+    torch.manual_seed(0)
+    model = HeadprobeModel(Transformer(tiny_config(vocab_size=264)).double(), ByteTokenizer(), "tiny")
+    pairs = [("The cat", " sat"), ("A much longer context than the others here", " yes"), ("", "x"), ("Q", " 42!")]
+    alone = [loglikelihood(model, c, x) for c, x in pairs]
+    shapes = []
+    real = model.logits
+    model.logits = lambda ids: shapes.append(tuple(ids.shape)) or real(ids)
+    batched = loglikelihoods(model, pairs, batch_size=3)
+    for (a, ga), (b, gb) in zip(alone, batched, strict=True):
+        assert b == pytest.approx(a, abs=1e-9) and ga == gb
+    assert [s[0] for s in shapes] == [1, 3]  # the first (longest) alone measures the vocabulary
+    assert shapes[1][1] == max(len(c.encode()) + len(x.encode()) for c, x in pairs[:1] + pairs[2:])
