@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from headprobe.models import ProbedModel
+from trainer.tokenizer import prompt_start, with_prompt_start
 
 
 class ShortCtxError(ValueError):
@@ -41,13 +42,6 @@ class Item:
 # ---------------------------------------------------------------------------------------------
 # Scoring
 # ---------------------------------------------------------------------------------------------
-def _with_bos(model: ProbedModel, ids: list[int]) -> list[int]:
-    from trainer.tokenizer import ByteTokenizer
-
-    tok = model.tokenizer
-    return ids if isinstance(tok, ByteTokenizer) or tok.bos_id is None else [tok.bos_id, *ids]
-
-
 def _logits(model: ProbedModel, ids: list[int]) -> torch.Tensor:
     """Log-softmax over the vocabulary for every position of ``ids`` (``[len, vocab]``)."""
     return torch.log_softmax(model.logits(torch.tensor([ids]))[0].double(), dim=-1)
@@ -56,7 +50,7 @@ def _logits(model: ProbedModel, ids: list[int]) -> torch.Tensor:
 def _pair_ids(model: ProbedModel, context: str, continuation: str) -> tuple[list[int], list[int]]:
     """Context and continuation token ids, tokenised separately (as lm-eval does)."""
     tok = model.tokenizer
-    ctx = _with_bos(model, tok.encode(context))
+    ctx = with_prompt_start(tok, tok.encode(context))
     cont = tok.encode(continuation)
     if not cont:
         raise ShortCtxError(f"continuation {continuation!r} has no tokens")
@@ -349,8 +343,8 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
         out = []
         for r in requests:
             text = self._args(r)[0]
-            ids = _with_bos(self.probed, self.probed.tokenizer.encode(text))
-            if not _with_bos(self.probed, []):  # no BOS: condition the first token on end-of-text
+            ids = with_prompt_start(self.probed.tokenizer, self.probed.tokenizer.encode(text))
+            if not prompt_start(self.probed.tokenizer):  # no BOS: condition the first token on end-of-text
                 eos = self.probed.tokenizer.eos_id
                 ids = [eos if eos is not None else ids[0], *ids]
             logp = _logits(self.probed, ids)
@@ -371,7 +365,7 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
         for max_new, members in groups.items():
             for start in range(0, len(members), self.batch_size):
                 chunk = members[start : start + self.batch_size]
-                prompts = [torch.tensor([_with_bos(self.probed, tok.encode(args[i][0]))]) for i in chunk]
+                prompts = [torch.tensor([with_prompt_start(tok, tok.encode(args[i][0]))]) for i in chunk]
                 for i, new in zip(chunk, self.probed.decode_batch(prompts, max_new, stop), strict=True):
                     until = args[i][1].get("until", []) or []
                     text = tok.decode(new)

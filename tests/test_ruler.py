@@ -428,10 +428,9 @@ def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
 def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     from transformers import AutoTokenizer
 
-    from headprobe.ruler.evaluate import _with_bos
     from headprobe.ruler.templates import resolve_wrapper
     from headprobe.toy_hf import build_toy_hf_model
-    from trainer.tokenizer import HFTokenizer
+    from trainer.tokenizer import HFTokenizer, with_prompt_start
 
     folder = build_toy_hf_model("llama", tmp_path / "m", layers=2)
     with pytest.raises(ValueError, match="no chat_template"):
@@ -446,8 +445,8 @@ def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     assert wrapper == "<s><|user|>\n{task_template}<|end|>\n<|assistant|>\n"
     hf_tok = HFTokenizer(folder)
     ids = hf_tok.encode(wrapper.split("{task_template}")[0] + "hello")
-    assert ids[0] == hf_tok.bos_id and _with_bos([hf_tok.bos_id], ids) == ids
-    assert _with_bos([hf_tok.bos_id], ids[1:]) == ids
+    assert ids[0] == hf_tok.bos_id and with_prompt_start(hf_tok, ids) == ids
+    assert with_prompt_start(hf_tok, ids[1:]) == ids
     with pytest.raises(ValueError, match="exactly once"):
         resolve_wrapper("<|user|>{task_template}{task_template}")
     with pytest.raises(ValueError, match=r"tokenizer_config\.json"):

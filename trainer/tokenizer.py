@@ -103,6 +103,21 @@ class HFTokenizer:
         return f"HFTokenizer({str(self.path)!r})"
 
 
+def prompt_start(tokenizer: Tokenizer) -> list[int]:
+    """The ids an evaluation prompt starts with: the tokenizer's BOS, or none for the byte-level
+    tokenizer (our byte-level models are trained without one)."""
+    if isinstance(tokenizer, ByteTokenizer) or tokenizer.bos_id is None:
+        return []
+    return [tokenizer.bos_id]
+
+
+def with_prompt_start(tokenizer: Tokenizer, ids: list[int]) -> list[int]:
+    """``ids`` behind :func:`prompt_start`, unless they already begin with it (e.g. a chat template
+    that writes its own BOS), so a prompt never starts with two."""
+    start = prompt_start(tokenizer)
+    return ids if ids[: len(start)] == start else start + ids
+
+
 def load_tokenizer(spec: str | Path) -> ByteTokenizer | HFTokenizer:
     """``"byte"`` for the byte tokenizer, else a path to ``tokenizer.json`` or a folder holding one."""
     if str(spec) == "byte":

@@ -25,6 +25,7 @@ from headprobe.ruler.scoring import METRICS, postprocess
 from headprobe.ruler.tasks import TASKS, resolve_tasks
 from headprobe.ruler.templates import resolve_wrapper
 from trainer.atomic import atomic_write_text
+from trainer.tokenizer import prompt_start, with_prompt_start
 
 
 @dataclass
@@ -146,7 +147,6 @@ def evaluate(
         model.check_length(length)
         batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
     tok = model.tokenizer
-    bos = [tok.bos_id] if tok.bos_id is not None and not _is_byte(tok) else []
     if settings.data:
         wanted = {t.name for t in tasks}
         samples = [s for s in read_samples(settings.data) if s["task"] in wanted and s["length"] in settings.lengths]
@@ -157,7 +157,7 @@ def evaluate(
             settings.seed,
             [Path(f) for f in settings.haystack_files or []] or None,
             qa_file_kinds(settings.qa_files),
-            reserve=len(bos),
+            reserve=len(prompt_start(tok)),
             wrapper=resolve_wrapper(settings.wrapper, checkpoint),
         )
         samples = list(gen.samples(tasks, settings.lengths, settings.samples))
@@ -191,7 +191,9 @@ def evaluate(
             pending = [s for s in group if s["index"] not in done]
             for start in range(0, len(pending), batch[length]):
                 chunk = pending[start : start + batch[length]]
-                prompts = [torch.tensor([_with_bos(bos, tok.encode(s["input"] + s["answer_prefix"]))]) for s in chunk]
+                prompts = [
+                    torch.tensor([with_prompt_start(tok, tok.encode(s["input"] + s["answer_prefix"]))]) for s in chunk
+                ]
                 outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, stop)
                 rows = [
                     {
@@ -245,17 +247,6 @@ def _claim_predictions(out: Path, checkpoint: str | Path, settings: RulerSetting
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(key, indent=2) + "\n")
-
-
-def _with_bos(bos: list[int], ids: list[int]) -> list[int]:
-    """Prepend the BOS unless the prompt already starts with it (chat wrappers often write it)."""
-    return ids if ids[: len(bos)] == bos else bos + ids
-
-
-def _is_byte(tok) -> bool:
-    from trainer.tokenizer import ByteTokenizer
-
-    return isinstance(tok, ByteTokenizer)  # our byte-level models are trained without a BOS
 
 
 def _versions() -> dict[str, str]:
