@@ -262,7 +262,7 @@ def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropo
     padding = None
     if _PADDING:
         pad, seen = _PADDING[-1]  # row b's first pad[b] entries of the seen tokens are padding
-        padding = KeyPadding((pad - (seen - key.shape[2])).clamp(min=0))
+        padding = KeyPadding.of_call(pad, seen - key.shape[2])
     out = attention(query, key, value, window=window, scale=scale, padding=padding)
     return out.transpose(1, 2).contiguous(), None
 

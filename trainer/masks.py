@@ -85,6 +85,13 @@ class KeyPadding:
 
     start: Tensor
 
+    @classmethod
+    def of_call(cls, pad: Tensor, first_key: int) -> KeyPadding:
+        """The padding of a call whose first key sits at index ``first_key`` of the full (padded) key
+        sequence, when row ``b``'s first ``pad[b]`` entries of that sequence are padding (a cache
+        that keeps only recent keys, like a sliding window's, may have dropped some or all of them)."""
+        return cls((pad - first_key).clamp(min=0))
+
     def valid(self, k_len: int) -> Tensor:
         """``[batch, k_len]`` bool: which keys of each row are real."""
         return torch.arange(k_len, device=self.start.device)[None, :] >= self.start[:, None]

@@ -114,7 +114,7 @@ class Attention(nn.Module):
         if pad is not None:
             if self.probes:
                 raise ValueError("probes see one unpadded sequence: decode probed samples one at a time")
-            padding = KeyPadding((pad - (position + n - k.shape[2])).clamp(min=0))
+            padding = KeyPadding.of_call(pad, position + n - k.shape[2])
         if self.probes:
             call = AttentionCall(
                 layer=self.layer,
