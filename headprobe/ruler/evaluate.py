@@ -103,7 +103,7 @@ def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None,
 
     est = estimate_memory(model, length, AnalyzeSettings(metrics=["entropy"], rows="last:1"))
     budget = memory_limit or available_memory(model.device)
-    per_sample = model.kv_cache_bytes(length + 128)
+    per_sample = model.kv_cache_bytes(length + max(t.tokens_to_generate for t in TASKS.values()))
     if est.total + per_sample > 0.9 * budget:
         raise AnalysisError(
             f"{model.name} at {length:,} tokens needs about {(est.total + per_sample) / 2**30:.2f} GiB "
@@ -146,6 +146,7 @@ def evaluate(
     for length in settings.lengths:
         model.check_length(length)
         batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
+    _claim_predictions(out, checkpoint, settings)  # before generating samples: a refusal costs nothing
     tok = model.tokenizer
     if settings.data:
         wanted = {t.name for t in tasks}
@@ -163,7 +164,6 @@ def evaluate(
         samples = list(gen.samples(tasks, settings.lengths, settings.samples))
     stop = [tok.eos_id] if tok.eos_id is not None else None
     console = Console(stderr=True)
-    _claim_predictions(out, checkpoint, settings)
     trained = getattr(model, "trained_length", None)
     if trained and max(settings.lengths) > trained:
         console.print(
