@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from headprobe.models import ProbedModel
+from trainer.jsonl import jsonl_records
 from trainer.tokenizer import prompt_start, with_prompt_start
 
 
@@ -133,13 +134,7 @@ def evaluate_items(
 def _lines(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ShortCtxError(f"task file {path} does not exist")
-    out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ShortCtxError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    out = [record for _, record in jsonl_records(path.read_text(encoding="utf-8"), path, ShortCtxError)]
     if not out:
         raise ShortCtxError(f"{path} holds no items")
     return out

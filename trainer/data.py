@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from trainer.atomic import atomic_directory
+from trainer.jsonl import jsonl_records
 from trainer.tokenizer import ByteTokenizer, HFTokenizer
 
 MANIFEST = "manifest.json"
@@ -183,13 +184,7 @@ def read_documents(path: Path) -> Iterator[str]:
         return
     text = _decode(path, path.read_bytes())
     if suffix in (".jsonl", ".ndjson"):
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+        for lineno, record in jsonl_records(text, path, DataError):
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise DataError(f"{path}:{lineno}: expected an object with a string 'text' field")
             if record["text"]:

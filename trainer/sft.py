@@ -8,7 +8,6 @@ lose prompt tokens from the left first, so the response is kept.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 
 from trainer.corpus import GENERATORS, Writer
 from trainer.data import DataError
+from trainer.jsonl import jsonl_records
 from trainer.tokenizer import ByteTokenizer, HFTokenizer
 from trainer.wordlists import words
 
@@ -36,13 +36,7 @@ def load_jsonl(path: str | Path) -> list[Example]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not valid UTF-8 at byte {err.start}") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    for lineno, rec in jsonl_records(text, path, DataError):
         if (
             not isinstance(rec, dict)
             or not isinstance(rec.get("prompt"), str)

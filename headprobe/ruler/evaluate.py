@@ -25,6 +25,7 @@ from headprobe.ruler.scoring import METRICS, postprocess
 from headprobe.ruler.tasks import TASKS, resolve_tasks
 from headprobe.ruler.templates import resolve_wrapper
 from trainer.atomic import atomic_write_text
+from trainer.jsonl import jsonl_records
 from trainer.tokenizer import prompt_start, with_prompt_start
 
 
@@ -62,13 +63,7 @@ def read_samples(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise RulerError(f"data file {path} does not exist")
     samples = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            sample = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise RulerError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    for lineno, sample in jsonl_records(path.read_text(encoding="utf-8"), path, RulerError):
         missing = {"index", "input", "outputs", "length", "answer_prefix", "task"} - set(sample)
         if missing:
             raise RulerError(f"{path}:{lineno}: missing RULER fields {sorted(missing)}")
