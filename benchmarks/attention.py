@@ -33,7 +33,7 @@ def run_one(case: str, length: int, backend: str, mode: str) -> dict:
     import torch
     from _report import measure
 
-    from trainer.attention import AttentionBackendError, attention
+    from headprobe.model.attention import AttentionBackendError, attention
 
     spec = CASES[case]
     torch.manual_seed(0)

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def bpe_tokenizer(folder: Path):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from trainer.corpus import document
-    from trainer.tokenizer import load_tokenizer
+    from headprobe.model.tokenizer import load_tokenizer
+    from headprobe.text.corpus import document
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -83,7 +83,7 @@ def main() -> None:
 
     from _report import machine, today, write_section
 
-    from trainer.tokenizer import ByteTokenizer
+    from headprobe.model.tokenizer import ByteTokenizer
 
     tmp = Path(tempfile.mkdtemp())
     tokenizers = {"byte": ByteTokenizer(), "BPE 8K (local)": bpe_tokenizer(tmp)}
@@ -108,10 +108,10 @@ def main() -> None:
 
     import torch
 
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.presets import preset
+    from headprobe.model.transformer import Transformer
     from headprobe.ruler.evaluate import RulerSettings, evaluate
-    from trainer.checkpoint import save_checkpoint
-    from trainer.config import preset
-    from trainer.model import Transformer
 
     torch.manual_seed(0)
     save_checkpoint(Transformer(preset("toy-d32")), tmp / "toy")

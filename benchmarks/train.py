@@ -47,10 +47,10 @@ def run_bare(name: str, steps: int) -> dict:
     import numpy as np
     import torch
 
-    from trainer.config import preset
+    from headprobe.model.presets import preset
+    from headprobe.model.transformer import Transformer
     from trainer.data import PackedSequences, TokenData
     from trainer.distributed import init_world
-    from trainer.model import Transformer
     from trainer.optim import build_optimizer
     from trainer.train import builtin_corpus
 
@@ -85,7 +85,7 @@ def child(kind: str, name: str, steps: int) -> dict:
 
 
 def main() -> None:
-    from trainer.config import list_presets
+    from headprobe.model.presets import list_presets
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child")

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headprobe.haystack import NEEDLES, needle_prompt, text_inputs
 from headprobe.metrics import (
     GramAccumulator,
     StreamingAnalysis,
@@ -39,8 +38,10 @@ from headprobe.metrics import (
     retrieval_heads,
     score_prompts,
 )
+from headprobe.model.atomic import atomic_write_text
 from headprobe.models import ModelLoadError, ProbedModel, load_model, parse_dtype
-from trainer.atomic import atomic_write_text
+from headprobe.text.haystack import text_inputs
+from headprobe.text.needles import NEEDLES, needle_prompt
 
 METRICS = ("retrieval", "entropy", "reordering", "erank")
 

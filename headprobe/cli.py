@@ -56,11 +56,11 @@ def ruler_generate(
     wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
 ) -> None:
     """Generate RULER-style samples fitted to a tokenizer, one JSON object per line."""
+    from headprobe.model.atomic import atomic_write_text
+    from headprobe.model.tokenizer import load_tokenizer
     from headprobe.ruler import RulerError, RulerGenerator, resolve_tasks
     from headprobe.ruler.evaluate import qa_file_kinds
     from headprobe.ruler.templates import resolve_wrapper
-    from trainer.atomic import atomic_write_text
-    from trainer.tokenizer import load_tokenizer
 
     try:
         tok = load_tokenizer(tokenizer)
@@ -154,8 +154,9 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list instead of a table")] = False,
 ) -> None:
     """Parameters, attention parameters, training FLOPs/token and KV-cache bytes of each grid member."""
+    from headprobe.model.config import ConfigError, ModelConfig
+    from headprobe.model.presets import list_scales
     from headprobe.plan import configs_for, plan_rows, plan_table, wide_console
-    from trainer.config import ConfigError, ModelConfig, list_scales
 
     if seq_len < 1:
         raise typer.BadParameter("--seq-len must be >= 1")
@@ -189,9 +190,9 @@ def shortctx_eval(
     batch_size: Annotated[int, typer.Option(help="sequences scored together (right-padded)")] = 16,
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm)."""
+    from headprobe.model.atomic import atomic_write_text
     from headprobe.models import ModelLoadError, load_model, parse_dtype
     from headprobe.shortctx import ShortCtxError, builtin_items, evaluate_items, load_task
-    from trainer.atomic import atomic_write_text
 
     try:
         if task == "builtin":

@@ -19,10 +19,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headprobe.haystack import NEEDLES, Needle, NeedlePrompt, needle_prompt
+from headprobe.model.transformer import AttentionCall
 from headprobe.models import ProbedModel
 from headprobe.stats import attention_stats
-from trainer.model import AttentionCall
+from headprobe.text.needles import NEEDLES, Needle, NeedlePrompt, needle_prompt
 
 # ---------------------------------------------------------------------------------------------
 # Rows

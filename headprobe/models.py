@@ -5,7 +5,7 @@
 * ``tokenizer`` (``encode``/``decode``/special ids), ``layers`` (a :class:`LayerInfo` per layer:
   type, head counts, window, scale), ``max_positions`` and ``device``;
 * ``run(input_ids, probe=..., residual=...)``: a forward pass that hands every attention layer's
-  post-RoPE queries and keys to ``probe`` as a :class:`trainer.model.AttentionCall` and each residual
+  post-RoPE queries and keys to ``probe`` as a :class:`headprobe.model.transformer.AttentionCall` and each residual
   stream (the embedding output as layer ``-1``, then every block's output) to ``residual``;
 * ``decode(prompt_ids, max_new_tokens, stop_ids, probe=...)``: greedy decoding with a KV cache.
   As in Wu et al.'s reference code, the prompt minus its last token is prefilled, then decoding
@@ -13,12 +13,12 @@
   rows produced it; ``probe(step, token, call)`` sees each step's calls with the token it produced.
 * ``decode_batch(prompts, max_new_tokens, stop_ids)``: the same greedy tokens for several prompts of
   different lengths at once: each is prefilled alone, then the caches are left-padded into one batch
-  (:class:`trainer.masks.KeyPadding`) and each step advances every row (no probes).
+  (:class:`headprobe.model.masks.KeyPadding`) and each step advances every row (no probes).
 
 Hugging Face models are loaded with ``local_files_only`` (nothing is downloaded). Their attention
 runs through a function headprobe registers with transformers' ``AttentionInterface``: it receives
 the post-RoPE queries and keys (cache included), shows them to the probe and computes the output with
-:func:`trainer.attention.attention` (exact, never ``L x L``), so no dense mask is built either.
+:func:`headprobe.model.attention.attention` (exact, never ``L x L``), so no dense mask is built either.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from trainer.attention import attention
-from trainer.kv_cache import KVCache, left_pad
-from trainer.masks import KeyPadding
-from trainer.model import AttentionCall, Transformer
-from trainer.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.model.attention import attention
+from headprobe.model.kv_cache import KVCache, left_pad
+from headprobe.model.masks import KeyPadding
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.model.transformer import AttentionCall, Transformer
 
 AttentionProbe = Callable[[AttentionCall], None]
 ResidualProbe = Callable[[int, Tensor], None]
@@ -180,7 +180,7 @@ class ProbedModel:
 # Our checkpoints
 # ---------------------------------------------------------------------------------------------
 class HeadprobeModel(ProbedModel):
-    """A :class:`trainer.model.Transformer` checkpoint."""
+    """A :class:`headprobe.model.transformer.Transformer` checkpoint."""
 
     def __init__(self, model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, name: str) -> None:
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
@@ -441,7 +441,7 @@ def parse_dtype(name: str | None) -> torch.dtype | None:
 
 def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ProbedModel:
     """Our checkpoint folder or a local Hugging Face model folder, as a :class:`ProbedModel`."""
-    from trainer.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
+    from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
 
     path = Path(path)
     if not path.is_dir():

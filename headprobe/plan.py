@@ -1,6 +1,6 @@
 """The planner behind ``headprobe plan``: the cost of each way of splitting an attention budget.
 
-One row per configuration, from :func:`trainer.budget.budget`, plus each member's change against
+One row per configuration, from :func:`headprobe.model.budget.budget`, plus each member's change against
 the first member of its grid (the narrow-head baseline, e.g. ``0.6b-d128``).
 """
 
@@ -12,12 +12,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trainer.budget import budget
-from trainer.config import ModelConfig, list_presets, preset
+from headprobe.model.budget import budget
+from headprobe.model.config import ModelConfig
+from headprobe.model.presets import list_presets, preset
 
 
 def plan_rows(configs: list[ModelConfig], seq_len: int) -> list[dict[str, Any]]:
-    """Tidy rows (one per config) with every :class:`~trainer.budget.Budget` field plus derived ones:
+    """Tidy rows (one per config) with every :class:`~headprobe.model.budget.Budget` field plus derived ones:
     ``full_qk_budget``/``full_v_budget`` (heads x width of the full layers), ``params_vs_baseline`` and
     ``flops_vs_baseline`` (ratios to the first config of the same scale)."""
     rows = []

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
+from headprobe.model.tokenizer import prompt_start, with_prompt_start
 from headprobe.models import ProbedModel
-from trainer.jsonl import jsonl_records
-from trainer.tokenizer import prompt_start, with_prompt_start
+from headprobe.text.jsonl import jsonl_records
 
 
 class ShortCtxError(ValueError):
@@ -265,7 +265,7 @@ def load_task(task: str, path: str | Path) -> list[Item]:
 def builtin_items(n: int = 40, seed: int = 0) -> list[Item]:
     """A small generated multiple-choice set: recall a fact stated in the context, continue a counting
     sequence, repeat a word. Answerable by reading the context; for tests and the demo."""
-    from trainer.wordlists import words
+    from headprobe.text.wordlists import words
 
     nouns = words("nouns")
     items = []

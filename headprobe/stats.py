@@ -1,6 +1,6 @@
 """Exact per-row attention statistics in one streaming pass, without an ``L x L`` matrix.
 
-For one head and query row ``i`` with visible keys ``V(i)`` (see :mod:`trainer.masks`), scores
+For one head and query row ``i`` with visible keys ``V(i)`` (see :mod:`headprobe.model.masks`), scores
 ``s_ij = scale * <q_i, k_j>`` and ``p_ij = softmax_{j in V(i)} s_ij``, the pass over key tiles keeps
 
     m  running max of s            l = sum_j e^(s_ij - m)         A = sum_j e^(s_ij - m) (s_ij - m)
@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from trainer.masks import CausalMask
+from headprobe.model.masks import CausalMask
 
 
 @dataclass

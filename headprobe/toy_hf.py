@@ -23,7 +23,7 @@ def _tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from trainer.corpus import document
+    from headprobe.text.corpus import document
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainer.config import AttentionConfig, ModelConfig
+from headprobe.model.config import AttentionConfig, ModelConfig
 
 
 def tiny_config(**overrides) -> ModelConfig:

@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 import headprobe.analyze as analyze_mod
 from headprobe.analyze import AnalyzeSettings, analyze, read_meta
 from headprobe.cli import app
-from headprobe.haystack import text_inputs
+from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
+from headprobe.text.haystack import text_inputs
 from headprobe.toy_hf import build_toy_hf_model
-from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.model import Transformer
-from trainer.tokenizer import ByteTokenizer
 
 runner = CliRunner()
 

@@ -11,8 +11,8 @@ from conftest import loop_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer import attention as attn_mod
-from trainer.attention import AttentionBackendError, FlexBackend, attention, select_backend
+from headprobe.model import attention as attn_mod
+from headprobe.model.attention import AttentionBackendError, FlexBackend, attention, select_backend
 
 # (heads, kv_heads, q_len, k_len, qk_dim, v_dim, window)
 CASES = {

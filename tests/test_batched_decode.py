@@ -9,11 +9,11 @@ import torch
 from conftest import loop_attention, tiny_config
 from test_rope import complex_rope
 
-from trainer.attention import AttentionBackendError, attention
-from trainer.kv_cache import KVCache
-from trainer.masks import KeyPadding
-from trainer.model import Transformer
-from trainer.rope import Rotary
+from headprobe.model.attention import AttentionBackendError, attention
+from headprobe.model.kv_cache import KVCache
+from headprobe.model.masks import KeyPadding
+from headprobe.model.rope import Rotary
+from headprobe.model.transformer import Transformer
 
 
 def test_key_padding_equals_each_row_alone():

@@ -5,9 +5,10 @@ import torch
 from conftest import tiny_config
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainer.budget import budget, mean_visible_keys
-from trainer.config import AttentionConfig, list_presets, preset
-from trainer.model import Transformer
+from headprobe.model.budget import budget, mean_visible_keys
+from headprobe.model.config import AttentionConfig
+from headprobe.model.presets import list_presets, preset
+from headprobe.model.transformer import Transformer
 
 
 @pytest.mark.parametrize("name", list_presets())

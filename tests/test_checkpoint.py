@@ -5,11 +5,11 @@ import torch
 from conftest import tiny_config
 from test_tokenizer import build_bpe
 
-import trainer.checkpoint as ckpt_mod
-from trainer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from trainer.config import preset
-from trainer.model import Transformer
-from trainer.tokenizer import ByteTokenizer, load_tokenizer
+import headprobe.model.checkpoint as ckpt_mod
+from headprobe.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from headprobe.model.presets import preset
+from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
+from headprobe.model.transformer import Transformer
 
 
 def test_round_trip_byte_tokenizer(tmp_path):

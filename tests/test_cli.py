@@ -4,8 +4,8 @@ import torch
 from typer.testing import CliRunner
 
 from headprobe.cli import app
-from trainer.config import list_presets, preset
-from trainer.model import Transformer
+from headprobe.model.presets import list_presets, preset
+from headprobe.model.transformer import Transformer
 
 runner = CliRunner()
 

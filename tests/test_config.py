@@ -4,8 +4,9 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from trainer.config import AttentionConfig, ConfigError, ModelConfig, list_presets, preset
-from trainer.model import Transformer
+from headprobe.model.config import AttentionConfig, ConfigError, ModelConfig
+from headprobe.model.presets import list_presets, preset
+from headprobe.model.transformer import Transformer
 
 
 def meta_params(name: str) -> int:

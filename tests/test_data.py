@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from test_tokenizer import build_bpe
 
-from trainer import corpus
+from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
+from headprobe.text import corpus as corpus
 from trainer.data import DataError, PackedSequences, Sampler, TokenData, collate, prepare, shard_dtype, synth
-from trainer.tokenizer import ByteTokenizer, load_tokenizer
 
 DOCS = ["First document, plain text.\nWith two lines.", "Zweites Dokument — ümlauts and 東京.", "third"]
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from trainer.masks import CausalMask
+from headprobe.model.masks import CausalMask
 
 
 def test_window_three_hand_worked():

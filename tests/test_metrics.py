@@ -11,7 +11,6 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from headprobe.haystack import NEEDLES, needle_prompt, text_inputs
 from headprobe.metrics import (
     attention_entropy,
     effective_rank,
@@ -23,10 +22,12 @@ from headprobe.metrics import (
     retrieval_scores,
     rouge1_recall,
 )
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import AttentionCall, Transformer
 from headprobe.models import HeadprobeModel, LayerInfo, ProbedModel
 from headprobe.stats import attention_stats
-from trainer.model import AttentionCall, Transformer
-from trainer.tokenizer import ByteTokenizer
+from headprobe.text.haystack import text_inputs
+from headprobe.text.needles import NEEDLES, needle_prompt
 
 
 def numpy_erank(x: np.ndarray, center: bool) -> float:

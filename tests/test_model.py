@@ -9,9 +9,10 @@ import torch
 from conftest import tiny_config
 from test_rope import complex_rope
 
-from trainer.config import AttentionConfig, list_presets, preset
-from trainer.kv_cache import KVCache
-from trainer.model import AttentionCall, Transformer
+from headprobe.model.config import AttentionConfig
+from headprobe.model.kv_cache import KVCache
+from headprobe.model.presets import list_presets, preset
+from headprobe.model.transformer import AttentionCall, Transformer
 
 
 def dense_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from trainer.model import Transformer
+from headprobe.model.transformer import Transformer
 from trainer.optim import Schedule, build_optimizer
 
 

@@ -6,12 +6,12 @@ import pytest
 import torch
 from conftest import tiny_config
 
+from headprobe.model.checkpoint import save_checkpoint
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
 from headprobe.models import HeadprobeModel, HFModel, ModelLoadError, load_model
 from headprobe.stats import attention_stats
 from headprobe.toy_hf import ARCHS, build_toy_hf_model
-from trainer.checkpoint import save_checkpoint
-from trainer.model import Transformer
-from trainer.tokenizer import ByteTokenizer
 
 
 @pytest.fixture(scope="module")

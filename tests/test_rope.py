@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.rope import Rotary
+from headprobe.model.rope import Rotary
 
 
 def complex_rope(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, theta: float) -> torch.Tensor:

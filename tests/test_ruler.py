@@ -14,14 +14,14 @@ from typer.testing import CliRunner
 import headprobe.ruler.evaluate as evaluate_mod
 from headprobe.analyze import AnalysisError, AnalyzeSettings, estimate_memory
 from headprobe.cli import app
+from headprobe.model.presets import preset
+from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
+from headprobe.model.transformer import Transformer
 from headprobe.models import HeadprobeModel, ProbedModel
 from headprobe.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
 from headprobe.ruler import templates as T
 from headprobe.ruler.evaluate import RulerSettings, evaluate
 from headprobe.ruler.qa import load_hotpotqa, load_squad
-from trainer.config import preset
-from trainer.model import Transformer
-from trainer.tokenizer import ByteTokenizer, load_tokenizer
 
 # the strings of ruler.md §2, typed here independently of headprobe/ruler/templates.py
 SPEC = {
@@ -428,9 +428,9 @@ def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
 def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     from transformers import AutoTokenizer
 
+    from headprobe.model.tokenizer import HFTokenizer, with_prompt_start
     from headprobe.ruler.templates import resolve_wrapper
     from headprobe.toy_hf import build_toy_hf_model
-    from trainer.tokenizer import HFTokenizer, with_prompt_start
 
     folder = build_toy_hf_model("llama", tmp_path / "m", layers=2)
     with pytest.raises(ValueError, match="no chat_template"):
@@ -484,7 +484,7 @@ def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):
 def test_eval_several_checkpoints_isolates_failures(tmp_path):
     from conftest import tiny_config
 
-    from trainer.checkpoint import save_checkpoint
+    from headprobe.model.checkpoint import save_checkpoint
 
     for name in ("a", "b"):
         torch.manual_seed(ord(name))

@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
+from headprobe.model.tokenizer import ByteTokenizer
 from trainer.data import DataError
 from trainer.sft import Example, builtin_examples, encode, load_jsonl
-from trainer.tokenizer import ByteTokenizer
 
 
 def test_mask_covers_response_and_eos_only():

@@ -10,6 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from headprobe.cli import app
+from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.models import ProbedModel
 from headprobe.shortctx import (
     HeadprobeLM,
@@ -20,7 +21,6 @@ from headprobe.shortctx import (
     load_task,
     loglikelihood,
 )
-from trainer.tokenizer import ByteTokenizer
 
 
 class BigramModel(ProbedModel):
@@ -248,8 +248,8 @@ def test_generate_until_cuts_at_stop_strings_and_batches_by_budget():
 def test_shortctx_cli(tmp_path):
     from conftest import tiny_config
 
-    from trainer.checkpoint import save_checkpoint
-    from trainer.model import Transformer
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.transformer import Transformer
 
     save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ck")
     runner = CliRunner()
@@ -266,8 +266,8 @@ def test_shortctx_cli(tmp_path):
 def test_shortctx_cli_dtype(tmp_path):
     from conftest import tiny_config
 
-    from trainer.checkpoint import save_checkpoint
-    from trainer.model import Transformer
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.transformer import Transformer
 
     save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ck")
     runner = CliRunner()
@@ -289,9 +289,9 @@ def test_batched_loglikelihoods_equal_one_at_a_time():
     model in float64), and the batch-size and logit-budget limits are respected."""
     from conftest import tiny_config
 
+    from headprobe.model.transformer import Transformer
     from headprobe.models import HeadprobeModel
     from headprobe.shortctx import loglikelihoods
-    from trainer.model import Transformer
 
     torch.manual_seed(0)
     model = HeadprobeModel(Transformer(tiny_config(vocab_size=264)).double(), ByteTokenizer(), "tiny")

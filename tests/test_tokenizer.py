@@ -1,7 +1,7 @@
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-from trainer.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
 
 def build_bpe(path, vocab_size=300):

@@ -17,12 +17,12 @@ import torch
 from conftest import tiny_config
 from safetensors.torch import load_file
 
-from trainer.checkpoint import load_checkpoint, save_checkpoint
+from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
 from trainer.data import DataError, Sampler, synth
 from trainer.grid import run_grid
-from trainer.model import Transformer
 from trainer.sft import SftData, builtin_examples
-from trainer.tokenizer import ByteTokenizer
 from trainer.train import TrainConfig, TrainError, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,8 +281,8 @@ def test_activation_checkpointing_changes_memory_not_results(tmp_path, model_con
 def test_data_from_another_tokenizer_is_refused(tmp_path, model_config):
     from test_tokenizer import build_bpe
 
+    from headprobe.model.tokenizer import load_tokenizer
     from trainer.data import prepare
-    from trainer.tokenizer import load_tokenizer
 
     (tmp_path / "doc.txt").write_text("the north door is quiet " * 300)
     prepare([tmp_path / "doc.txt"], load_tokenizer(build_bpe(tmp_path / "tok.json", vocab_size=260)), tmp_path / "bpe")

@@ -9,7 +9,7 @@ from conftest import tiny_config
 from typer.testing import CliRunner
 
 from headprobe.cli import app
-from trainer.checkpoint import load_checkpoint
+from headprobe.model.checkpoint import load_checkpoint
 from trainer.data import TokenData
 from trainer.mfu import mfu, peak_flops
 

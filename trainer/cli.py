@@ -162,8 +162,8 @@ def prepare_command(
     dtype: Annotated[str, typer.Option(help="auto | uint16 | uint32")] = "auto",
 ) -> None:
     """Tokenise local files into memory-mapped shards plus a manifest."""
+    from headprobe.model.tokenizer import load_tokenizer
     from trainer.data import DataError, prepare
-    from trainer.tokenizer import load_tokenizer
 
     try:
         man = prepare(sources, load_tokenizer(tokenizer), out, dtype=dtype, progress=True)
@@ -180,8 +180,8 @@ def synth_command(
     tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
 ) -> None:
     """Generate the built-in offline corpus (prose plus retrieval documents)."""
+    from headprobe.model.tokenizer import load_tokenizer
     from trainer.data import DataError, synth
-    from trainer.tokenizer import load_tokenizer
 
     try:
         man = synth(tokens, out, load_tokenizer(tokenizer), seed=seed, progress=True)

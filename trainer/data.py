@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.atomic import atomic_directory
-from trainer.jsonl import jsonl_records
-from trainer.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.model.atomic import atomic_directory
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.text.jsonl import jsonl_records
 
 MANIFEST = "manifest.json"
 FORMAT = "headprobe-tokens-1"
@@ -248,8 +248,8 @@ def synth(
     shard_tokens: int = SHARD_TOKENS,
     progress: bool = False,
 ) -> Manifest:
-    """Write at least ``tokens`` tokens of the built-in corpus (:mod:`trainer.corpus`) to ``out``."""
-    from trainer.corpus import MIXTURE, documents
+    """Write at least ``tokens`` tokens of the built-in corpus (:mod:`headprobe.text.corpus`) to ``out``."""
+    from headprobe.text.corpus import MIXTURE, documents
 
     if tokens < 1:
         raise DataError("--tokens must be positive")
@@ -267,7 +267,9 @@ def synth(
                 break
         bar.close()
         manifest.extra["documents_by_kind"] = kinds
-        manifest.sources.append(SourceInfo("builtin:trainer.corpus", "", manifest.documents, manifest.total_tokens))
+        manifest.sources.append(
+            SourceInfo("builtin:headprobe.text.corpus", "", manifest.documents, manifest.total_tokens)
+        )
         writer.close()
     return manifest
 

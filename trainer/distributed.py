@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.model import Transformer
+from headprobe.model.transformer import Transformer
 
 Parallel = Literal["none", "ddp", "fsdp"]
 

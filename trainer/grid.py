@@ -16,8 +16,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from trainer.atomic import atomic_write_text
-from trainer.config import list_presets
+from headprobe.model.atomic import atomic_write_text
+from headprobe.model.presets import list_presets
 from trainer.train import RESULT_FILE, TrainConfig, TrainError, TrainResult, train
 
 STAGES = ("pt", "cpt", "sft")

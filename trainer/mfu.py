@@ -1,6 +1,6 @@
 """Model FLOPs utilisation: achieved training FLOPs over the hardware's dense bf16 peak.
 
-FLOPs per token come from :func:`trainer.budget.budget` (causal, window-aware attention), so MFU is
+FLOPs per token come from :func:`headprobe.model.budget.budget` (causal, window-aware attention), so MFU is
 not inflated by counting masked attention. Peaks are dense (no sparsity) bf16 tensor-core numbers
 from the vendors' data sheets; pass ``--peak-flops`` for anything else.
 """

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.corpus import GENERATORS, Writer
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.text.corpus import GENERATORS, Writer
+from headprobe.text.jsonl import jsonl_records
+from headprobe.text.wordlists import words
 from trainer.data import DataError
-from trainer.jsonl import jsonl_records
-from trainer.tokenizer import ByteTokenizer, HFTokenizer
-from trainer.wordlists import words
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def _split_question(doc: str) -> Example:
 
 def builtin_examples(n: int, seed: int = 0) -> list[Example]:
     """``n`` generated instruction examples: recall a key's value, trace a variable chain, name the
-    most common words (from :mod:`trainer.corpus`), and copy or reverse a word list."""
+    most common words (from :mod:`headprobe.text.corpus`), and copy or reverse a word list."""
     nouns = words("nouns")
     out = []
     for i in range(n):

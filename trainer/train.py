@@ -28,11 +28,14 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from headprobe.model.atomic import atomic_write_text
+from headprobe.model.budget import budget
+from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
+from headprobe.model.config import ModelConfig
+from headprobe.model.presets import preset
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.model.transformer import Transformer
 from trainer import train_state
-from trainer.atomic import atomic_write_text
-from trainer.budget import budget
-from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.config import ModelConfig, preset
 from trainer.data import (
     Batch,
     DataError,
@@ -44,10 +47,8 @@ from trainer.data import (
 )
 from trainer.distributed import Parallel, World, all_reduce_sum, init_world, shutdown, wrap
 from trainer.mfu import mfu, peak_flops
-from trainer.model import Transformer
 from trainer.optim import Schedule, build_optimizer
 from trainer.sft import SftData, builtin_examples, load_jsonl
-from trainer.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
 Stage = Literal["pt", "cpt", "sft"]
 FREEZE_CHOICES = ("attention", "attention-full", "attention-swa")

@@ -9,7 +9,7 @@ Layout of one step folder::
 
 All processes write into ``OUT/.step_XXXXXX.tmp``; after a barrier the main process renames it to
 ``OUT/step_XXXXXX``, so a step folder exists only once it is complete. ``export_step`` turns a step
-folder into a plain model checkpoint (:mod:`trainer.checkpoint`) without a process group.
+folder into a plain model checkpoint (:mod:`headprobe.model.checkpoint`) without a process group.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from trainer.atomic import atomic_write_text
+from headprobe.model.atomic import atomic_write_text
 from trainer.distributed import World, barrier
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
@@ -126,10 +126,10 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
     """Turn a step folder into a plain checkpoint (no process group needed)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from trainer.checkpoint import save_checkpoint
-    from trainer.config import ModelConfig
-    from trainer.model import Transformer
-    from trainer.tokenizer import load_tokenizer
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.config import ModelConfig
+    from headprobe.model.tokenizer import load_tokenizer
+    from headprobe.model.transformer import Transformer
 
     folder = Path(folder)
     state = read_state(folder)

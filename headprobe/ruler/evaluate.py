@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
+from headprobe.model.atomic import atomic_write_text
+from headprobe.model.tokenizer import prompt_start, with_prompt_start
 from headprobe.models import ProbedModel, load_model, parse_dtype
 from headprobe.ruler.generate import RulerError, RulerGenerator
 from headprobe.ruler.scoring import METRICS, postprocess
 from headprobe.ruler.tasks import TASKS, resolve_tasks
 from headprobe.ruler.templates import resolve_wrapper
-from trainer.atomic import atomic_write_text
-from trainer.jsonl import jsonl_records
-from trainer.tokenizer import prompt_start, with_prompt_start
+from headprobe.text.jsonl import jsonl_records
 
 
 @dataclass

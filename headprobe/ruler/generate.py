@@ -20,18 +20,17 @@ import string
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from headprobe.haystack import split_sentences
 from headprobe.ruler import templates as T
 from headprobe.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squad
 from headprobe.ruler.tasks import TASKS, Task
-from trainer.corpus import Writer
-from trainer.wordlists import _read
+from headprobe.text.corpus import Writer
+from headprobe.text.haystack import split_sentences
+from headprobe.text.wordlists import shipped
 
 
 class RulerError(ValueError):
@@ -41,12 +40,6 @@ class RulerError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Word sources
 # ---------------------------------------------------------------------------------------------
-@cache
-def _raw(kind: str) -> tuple[str, ...]:
-    """wonderwords' list as shipped (RULER uses the raw lists), deduplicated and sorted."""
-    return tuple(sorted(set(_read(f"{kind}list.txt"))))
-
-
 def _pseudo_word(i: int) -> str:
     """Distinct pronounceable filler words for when the wonderwords vocabulary runs out."""
     syll = ("ba", "ke", "lo", "mi", "nu", "pa", "re", "so", "ti", "vu", "za", "do", "fe", "gi", "ho", "ju")
@@ -199,7 +192,7 @@ class RulerGenerator:
         self.essay = EssayCorpus(haystack_files)
         self.qa_files = qa_files or {}
         self._qa: dict[str, QASet] = {}
-        vocab = sorted(set(_raw("noun")) | set(_raw("adjective")) | set(_raw("verb")))
+        vocab = sorted(set(shipped("nouns")) | set(shipped("adjectives")) | set(shipped("verbs")))
         random.Random(seed).shuffle(vocab)
         self.cwe_vocab = vocab
 
@@ -262,7 +255,7 @@ class RulerGenerator:
         if kind == "uuids":
             return str(uuid.UUID(int=rng.getrandbits(128), version=4))
         if kind == "words":
-            return f"{rng.choice(_raw('adjective'))}-{rng.choice(_raw('noun'))}"
+            return f"{rng.choice(shipped('adjectives'))}-{rng.choice(shipped('nouns'))}"
         raise RulerError(f"unknown needle type {kind!r}")
 
     def _niah(self, task: Task, rng: random.Random, budget: int, length: int, index: int):

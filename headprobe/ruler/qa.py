@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.wordlists import words
+from headprobe.text.wordlists import words
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@
 * returns ``[batch, heads, q_len, v_dim]`` in ``q``'s dtype.
 
 Queries are the last ``q_len`` of the ``k_len`` keys and a window of ``W`` shows ``W`` keys including
-the query's own: see :mod:`trainer.masks`, the single place that convention is written down.
+the query's own: see :mod:`headprobe.model.masks`, the single place that convention is written down.
 
 Backends (all compute the same function; tests hold each to ``reference``):
 
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from trainer.masks import CausalMask, KeyPadding
+from headprobe.model.masks import CausalMask, KeyPadding
 
 MAX_PADDED_Q_LEN = 64
 
@@ -98,7 +98,7 @@ def _expand_kv(x: Tensor, heads: int) -> Tensor:
 class ReferenceBackend:
     """Dense ``softmax(q k^T * scale + mask) v``; the ground truth. Memory ``O(heads * q_len * k_len)``.
 
-    Also the path for left-padded batches (:class:`trainer.masks.KeyPadding`) during decoding, where
+    Also the path for left-padded batches (:class:`headprobe.model.masks.KeyPadding`) during decoding, where
     ``q_len`` is 1 and the dense scores are one row per head.
     """
 

@@ -1,21 +1,15 @@
-"""Offline texts for the analyses: long inputs of a given token length, and needle-in-a-haystack prompts.
+"""Needles for Wu et al.'s retrieval score, and needle-in-a-haystack prompts built around them.
 
-Nothing is downloaded. The default haystack is the built-in corpus of :mod:`trainer.corpus` (prose
-plus the retrieval-style documents the toy models are trained on); a user's own text files can be
-given instead. Needles are our own sentences, each with a question and the answer span that Wu et
-al.'s retrieval score tracks.
+Needles are our own sentences, each with a question and the answer span whose copying the retrieval
+score tracks. The haystack around them comes from :mod:`headprobe.text.haystack`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from trainer.corpus import documents
+from headprobe.text.haystack import haystack_sentences
 
 
 @dataclass(frozen=True)
@@ -68,52 +62,6 @@ NEEDLES: tuple[Needle, ...] = (
 
 PROMPT_SUFFIX = "\nBased on the content of the book, Question: {question}\nAnswer:"
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (split after ``.``, ``!`` or ``?`` followed by whitespace)."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
-
-
-def haystack_sentences(seed: int = 0, files: list[Path] | None = None) -> Iterator[str]:
-    """An endless stream of sentences: the built-in corpus, or the given text files in a loop."""
-    if files:
-        texts = []
-        for f in files:
-            if not Path(f).is_file():
-                raise FileNotFoundError(f"haystack file {f} does not exist")
-            texts.append(Path(f).read_text(encoding="utf-8"))
-        sentences = [s for t in texts for s in split_sentences(t)]
-        if not sentences:
-            raise ValueError("the haystack files hold no text")
-        while True:
-            yield from sentences
-    for _, text in documents(seed):
-        yield from split_sentences(text)
-
-
-def _encode(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text)
-
-
-def filler_ids(tokenizer, length: int, seed: int = 0, files: list[Path] | None = None) -> list[int]:
-    """Exactly ``length`` token ids of haystack text (the last sentence is cut)."""
-    ids: list[int] = []
-    for sentence in haystack_sentences(seed, files):
-        ids.extend(_encode(tokenizer, " " + sentence))
-        if len(ids) >= length:
-            return ids[:length]
-    raise AssertionError("unreachable")
-
-
-def text_inputs(tokenizer, length: int, samples: int, seed: int = 0, files: list[Path] | None = None) -> torch.Tensor:
-    """``[samples, length]`` token ids for the attention-statistics metrics (BOS first when the tokenizer
-    has one); sample ``s`` starts from a different part of the haystack."""
-    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
-    rows = [bos + filler_ids(tokenizer, length - len(bos), seed=seed + 1000 * s, files=files) for s in range(samples)]
-    return torch.tensor(rows, dtype=torch.long)
-
 
 @dataclass(frozen=True)
 class NeedlePrompt:
@@ -137,17 +85,17 @@ def needle_prompt(
     """``length`` tokens: haystack sentences with ``needle`` inserted at ``depth`` percent (at a sentence
     boundary), then the question. Pieces are tokenised separately, so the answer's token span is exact."""
     bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
-    before = _encode(tokenizer, " " + needle.before)
-    answer = _encode(tokenizer, needle.answer)
-    after = _encode(tokenizer, needle.after)
-    suffix = _encode(tokenizer, PROMPT_SUFFIX.format(question=needle.question))
+    before = tokenizer.encode(" " + needle.before)
+    answer = tokenizer.encode(needle.answer)
+    after = tokenizer.encode(needle.after)
+    suffix = tokenizer.encode(PROMPT_SUFFIX.format(question=needle.question))
     budget = length - len(bos) - len(before) - len(answer) - len(after) - len(suffix)
     if budget < 1:
         raise ValueError(f"length {length} is too short for the needle and question ({length - budget} tokens)")
     sentences: list[list[int]] = []
     used = 0
     for sentence in haystack_sentences(seed, files):
-        piece = _encode(tokenizer, " " + sentence)
+        piece = tokenizer.encode(" " + sentence)
         if used + len(piece) > budget:
             piece = piece[: budget - used]
         sentences.append(piece)

@@ -1,7 +1,7 @@
 """Model checkpoints: a folder with ``config.json``, ``model.safetensors`` and, unless the tokenizer is
 the byte tokenizer, ``tokenizer.json``.
 
-The folder is written atomically (see :mod:`trainer.atomic`): a crash leaves the previous checkpoint
+The folder is written atomically (see :mod:`headprobe.model.atomic`): a crash leaves the previous checkpoint
 or none, never a half-written one. Each tensor's CRC-32 is stored in the safetensors metadata, so a
 file whose bytes were damaged after writing is caught on load, not silently used.
 """
@@ -17,10 +17,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from trainer.atomic import atomic_directory
-from trainer.config import ConfigError, ModelConfig
-from trainer.model import Transformer
-from trainer.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.model.atomic import atomic_directory
+from headprobe.model.config import ConfigError, ModelConfig
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.model.transformer import Transformer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -1,6 +1,6 @@
 """What a model configuration costs: parameters, training FLOPs per token and KV-cache bytes.
 
-Everything is computed from :class:`~trainer.config.ModelConfig` alone (no model is built), so the
+Everything is computed from :class:`~headprobe.model.config.ModelConfig` alone (no model is built), so the
 planner can price a 3B grid instantly; ``tests/test_budget.py`` checks the parameter count against
 real models. Conventions:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from trainer.config import AttentionConfig, ModelConfig
+from headprobe.model.config import AttentionConfig, ModelConfig
 
 
 def attention_params(att: AttentionConfig, d_model: int) -> int:

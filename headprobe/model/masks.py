@@ -80,7 +80,7 @@ class KeyPadding:
         start: ``[batch]`` integer tensor; row ``b``'s keys ``0 .. start[b]-1`` on this call's key
             axis are padding and invisible to every query of that row. Its real keys are right-aligned,
             so causality and windows apply per row exactly as without padding. Padding keys and values
-            may hold anything finite (:meth:`trainer.kv_cache.KVCache.stack` writes zeros).
+            may hold anything finite (:meth:`headprobe.model.kv_cache.KVCache.stack` writes zeros).
     """
 
     start: Tensor

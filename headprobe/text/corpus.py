@@ -27,7 +27,7 @@ import random
 import string
 from collections.abc import Iterator
 
-from trainer.wordlists import words
+from headprobe.text.wordlists import words
 
 MIXTURE: dict[str, float] = {"prose": 0.45, "kv_recall": 0.25, "var_chain": 0.15, "word_count": 0.15}
 

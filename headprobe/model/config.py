@@ -1,14 +1,11 @@
-"""Model configuration: plain dataclasses, their validation, JSON round-trip, and the named presets.
+"""Model configuration: plain dataclasses, their validation and JSON round-trip.
 
 A model is a stack of ``n_layers`` pre-norm blocks. Layers ``full_every-1, 2*full_every-1, ...``
 (3, 7, 11, ... for the default ``full_every=4``) use full causal attention with the ``full`` shape;
 every other layer uses sliding-window attention with the ``swa`` shape. This is the study's 3:1
 interleaving.
 
-The head-dimension grids (``toy-*``, ``0.6b-*``, ``3b-*``) vary only the full-attention layers: the
-sliding-window layers keep one shape across a grid. That is our reading of the study, which splits
-one attention budget (``n_heads * width``) differently in each member; the full-attention layers
-are where long-range retrieval has to happen, the sliding-window layers cannot see past their window.
+The named grids live in :mod:`headprobe.model.presets`.
 """
 
 from __future__ import annotations
@@ -16,12 +13,20 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from trainer.tokenizer import ByteTokenizer
 
-LayerType = Literal["sliding", "full"]
+class LayerType(str, Enum):
+    """The two kinds of attention layer. A ``str`` enum: ``LayerType.FULL == "full"``, and tables store
+    ``.value``."""
+
+    SLIDING = "sliding"  # sees a window of recent keys (AttentionConfig.window)
+    FULL = "full"  # sees every earlier key
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class ConfigError(ValueError):
@@ -97,6 +102,33 @@ class AttentionConfig:
 
 
 @dataclass(frozen=True)
+class LayerInfo:
+    """Attention geometry of one layer of any model (ours or a Hugging Face one).
+
+    Attributes:
+        index: 0-based layer index.
+        layer_type: sliding-window or full attention.
+        n_heads: query heads.
+        n_kv_heads: key/value heads.
+        qk_dim: query/key width.
+        v_dim: value width.
+        window: keys visible per query including its own (``None`` = full causal).
+    """
+
+    index: int
+    layer_type: LayerType
+    n_heads: int
+    n_kv_heads: int
+    qk_dim: int
+    v_dim: int
+    window: int | None
+
+    @classmethod
+    def of(cls, index: int, layer_type: LayerType, att: AttentionConfig) -> LayerInfo:
+        return cls(index, layer_type, att.n_heads, att.kv_heads, att.qk_head_dim, att.v_head_dim, att.window)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Everything that fixes a model's shape. Serialises to ``config.json``.
 
@@ -134,17 +166,21 @@ class ModelConfig:
 
     # -- structure -------------------------------------------------------------------------
     def layer_type(self, layer: int) -> LayerType:
-        """``"full"`` for layers ``full_every-1, 2*full_every-1, ...``, else ``"sliding"``."""
+        """``LayerType.FULL`` for layers ``full_every-1, 2*full_every-1, ...``, else ``"sliding"``."""
         if not 0 <= layer < self.n_layers:
             raise IndexError(f"layer {layer} out of range for n_layers={self.n_layers}")
-        return "full" if (layer + 1) % self.full_every == 0 else "sliding"
+        return LayerType.FULL if (layer + 1) % self.full_every == 0 else LayerType.SLIDING
 
     def layer_types(self) -> list[LayerType]:
         return [self.layer_type(i) for i in range(self.n_layers)]
 
     def attention(self, layer: int) -> AttentionConfig:
         """The attention shape of ``layer``."""
-        return self.full if self.layer_type(layer) == "full" else self.swa
+        return self.full if self.layer_type(layer) is LayerType.FULL else self.swa
+
+    def layer_infos(self) -> list[LayerInfo]:
+        """The attention geometry of every layer, as probes and memory estimates see it."""
+        return [LayerInfo.of(i, self.layer_type(i), self.attention(i)) for i in range(self.n_layers)]
 
     # -- validation ------------------------------------------------------------------------
     def validate(self) -> None:
@@ -217,89 +253,3 @@ class ModelConfig:
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
-
-
-# ---------------------------------------------------------------------------------------------
-# Presets: the study's head-dimension grids, plus a CPU-trainable toy grid of the same design.
-# ---------------------------------------------------------------------------------------------
-
-BYTE_VOCAB_SIZE = ByteTokenizer.vocab_size  # 256 bytes + 8 special ids
-LARGE_VOCAB_SIZE = 65_536  # a 64K BPE vocabulary (fits uint16 token shards); override to match yours
-
-
-@dataclass(frozen=True)
-class _Grid:
-    """One model scale; members differ only in how the full-attention budget is split."""
-
-    budget: int  # n_heads * width of the full-attention layers
-    full_rope_dim: int
-    base: dict[str, Any]
-    swa: AttentionConfig
-
-
-_GRIDS = {
-    "toy": _Grid(
-        budget=128,
-        full_rope_dim=8,
-        base=dict(vocab_size=BYTE_VOCAB_SIZE, d_model=128, n_layers=8, d_ff=384, max_seq_len=4096),
-        swa=AttentionConfig(n_heads=4, qk_head_dim=32, v_head_dim=32, rope_dim=32, window=64),
-    ),
-    "0.6b": _Grid(
-        budget=2048,
-        full_rope_dim=64,
-        base=dict(vocab_size=LARGE_VOCAB_SIZE, d_model=1024, n_layers=28, d_ff=3456, max_seq_len=4096),
-        swa=AttentionConfig(n_heads=16, qk_head_dim=128, v_head_dim=128, rope_dim=128, window=512),
-    ),
-    "3b": _Grid(
-        budget=2048,
-        full_rope_dim=64,
-        base=dict(vocab_size=LARGE_VOCAB_SIZE, d_model=2048, n_layers=36, d_ff=10240, max_seq_len=4096),
-        swa=AttentionConfig(n_heads=16, qk_head_dim=128, v_head_dim=128, rope_dim=128, window=512),
-    ),
-}
-
-# member suffix -> (qk width, v width); symmetric members are "d<width>"
-_STUDY_MEMBERS = {
-    "d128": (128, 128),
-    "d256": (256, 256),
-    "d512": (512, 512),
-    "k512v128": (512, 128),
-    "k128v512": (128, 512),
-}
-_MEMBERS = {
-    "toy": {"d16": (16, 16), "d32": (32, 32), "d64": (64, 64), "k64v16": (64, 16), "k16v64": (16, 64)},
-    "0.6b": _STUDY_MEMBERS,
-    "3b": _STUDY_MEMBERS,
-}
-
-
-def _build_preset(scale: str, member: str) -> ModelConfig:
-    grid = _GRIDS[scale]
-    qk, v = _MEMBERS[scale][member]
-    heads = grid.budget // max(qk, v)
-    full = AttentionConfig(
-        n_heads=heads, qk_head_dim=qk, v_head_dim=v, rope_dim=min(grid.full_rope_dim, qk), window=None
-    )
-    return ModelConfig(**grid.base, swa=grid.swa, full=full, name=f"{scale}-{member}")
-
-
-def list_presets(scale: str | None = None) -> list[str]:
-    """Preset names, optionally only those of one scale (``toy``, ``0.6b``, ``3b``)."""
-    if scale is not None and scale not in _GRIDS:
-        raise ConfigError(f"unknown scale {scale!r}; choose one of {sorted(_GRIDS)}")
-    scales = [scale] if scale else list(_GRIDS)
-    return [f"{s}-{m}" for s in scales for m in _MEMBERS[s]]
-
-
-def list_scales() -> list[str]:
-    return list(_GRIDS)
-
-
-def preset(name: str, **overrides: Any) -> ModelConfig:
-    """The named preset, e.g. ``preset("0.6b-k512v128")``; keyword overrides replace top-level fields
-    (``preset("0.6b-d128", vocab_size=32_000)``)."""
-    scale, _, member = name.partition("-")
-    if scale not in _GRIDS or member not in _MEMBERS[scale]:
-        raise ConfigError(f"unknown preset {name!r}; available: {', '.join(list_presets())}")
-    cfg = _build_preset(scale, member)
-    return cfg.replace(**overrides) if overrides else cfg

@@ -28,11 +28,11 @@ from torch.utils.checkpoint import checkpoint
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from trainer.attention import attention
-from trainer.config import AttentionConfig, LayerType, ModelConfig
-from trainer.kv_cache import KVCache
-from trainer.masks import KeyPadding
-from trainer.rope import Rotary
+from headprobe.model.attention import attention
+from headprobe.model.config import AttentionConfig, LayerType, ModelConfig
+from headprobe.model.kv_cache import KVCache
+from headprobe.model.masks import KeyPadding
+from headprobe.model.rope import Rotary
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class AttentionCall:
         window: keys visible per query including its own; ``None`` = full causal.
         scale: softmax scale applied to ``q . k``.
         key_start: absolute position of ``k[:, :, 0]``; query ``i`` sits at absolute position
-            ``key_start + k_len - q_len + i`` (see :mod:`trainer.masks`).
+            ``key_start + k_len - q_len + i`` (see :mod:`headprobe.model.masks`).
     """
 
     layer: int
@@ -103,7 +103,7 @@ class Attention(nn.Module):
         q = self.hook_q(self.q_proj(x).view(b, n, att.n_heads, att.qk_head_dim))
         k = self.hook_k(self.k_proj(x).view(b, n, att.kv_heads, att.qk_head_dim))
         v = self.hook_v(self.v_proj(x).view(b, n, att.kv_heads, att.v_head_dim))
-        pad = None if cache is None else cache.pad  # left padding of a batched decode (trainer.kv_cache)
+        pad = None if cache is None else cache.pad  # left padding of a batched decode (headprobe.model.kv_cache)
         offset = position if pad is None else position - pad  # each row's own positions
         q = self.hook_rot_q(self.rotary(q, offset=offset))
         k = self.hook_rot_k(self.rotary(k, offset=offset))

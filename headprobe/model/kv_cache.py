@@ -4,7 +4,7 @@ Per layer it stores post-RoPE keys ``[batch, kv_heads, T, qk_dim]`` and values
 ``[batch, kv_heads, T, v_dim]``. Full-attention layers keep every key (in a buffer with 1/8 spare room
 that grows by 1/8 when full, so a decode step rarely copies). Sliding-window layers keep only the
 last ``window - 1`` keys: that is all the next query can see besides its own key (see
-:mod:`trainer.masks`).
+:mod:`headprobe.model.masks`).
 
 Batched decoding of prompts of different lengths: prefill each prompt into its own cache, then
 ``KVCache.stack(caches)`` left-pads them into one cache (``pad[b]`` leading entries of row ``b`` are
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trainer.config import ModelConfig
+from headprobe.model.config import ModelConfig
 
 
 def left_pad(rows: list[Tensor | None]) -> Tensor | None:
@@ -59,7 +59,7 @@ class LayerCache:
 
         Returns:
             ``(k, v)`` covering the cached keys followed by the new ones; the new queries are the last
-            ``n_new`` of them, which is the bottom-right convention of :mod:`trainer.masks`.
+            ``n_new`` of them, which is the bottom-right convention of :mod:`headprobe.model.masks`.
         """
         if self.window is not None:
             k = k_new if self.k is None else torch.cat([self.k[:, :, : self.length], k_new], dim=2)

@@ -1,0 +1,51 @@
+"""The head-shape model family: configuration, presets, the Transformer, attention, checkpoints, costs.
+
+This package imports nothing else of headprobe; the trainer, the probes and the analyses build on it.
+
+==============  ===================================================================================
+config          ``AttentionConfig``, ``ModelConfig``, ``LayerType``, ``LayerInfo`` (plain dataclasses)
+presets         ``preset(name)``, ``list_presets()``: the study's grids and the toy grid
+transformer     ``Transformer``: the decoder-only LM with TransformerLens hook points
+seam            ``AttentionCall``, ``Seam``: the one place every attention call passes by
+attention       exact causal / sliding-window attention backends (reference, sdpa, flex, flash)
+masks           the one window convention (``CausalMask``) and left padding (``KeyPadding``)
+rope            partial rotary position embedding
+kv_cache        the decoding cache (sliding layers keep ``window - 1`` keys)
+tokenizer       the byte tokenizer and local ``tokenizer.json`` files
+checkpoint      checkpoint folders (``save_checkpoint``, ``load_checkpoint``)
+budget          the only parameter / FLOP / KV-cache / memory formulas
+atomic          atomic file and folder writes
+==============  ===================================================================================
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "AttentionConfig": "config",
+    "ConfigError": "config",
+    "LayerInfo": "config",
+    "LayerType": "config",
+    "ModelConfig": "config",
+    "list_presets": "presets",
+    "list_scales": "presets",
+    "preset": "presets",
+    "Transformer": "transformer",
+    "AttentionCall": "seam",
+    "Seam": "seam",
+    "KVCache": "kv_cache",
+    "ByteTokenizer": "tokenizer",
+    "HFTokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+    "load_checkpoint": "checkpoint",
+    "save_checkpoint": "checkpoint",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # lazy: `headprobe plan` should not pay for importing the Transformer
+    if name in _EXPORTS:
+        return getattr(import_module(f"headprobe.model.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'headprobe.model' has no attribute {name!r}")

@@ -1,0 +1,10 @@
+"""Offline text shared by training, analysis and evaluation: nothing is ever downloaded.
+
+==========  =========================================================================================
+wordlists   English word lists shipped by ``wonderwords``
+corpus      the built-in training corpus (prose plus retrieval documents) and its sentence writer
+haystack    long inputs of a given token length from the corpus or the user's files
+needles     the needles of the retrieval score and needle-in-a-haystack prompts
+jsonl       reading JSON-lines files with errors that name the file and line
+==========  =========================================================================================
+"""

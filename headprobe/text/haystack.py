@@ -1,0 +1,58 @@
+"""Long inputs of a given token length: the built-in corpus or the user's own text files.
+
+Nothing is downloaded. The default haystack is the built-in corpus of :mod:`headprobe.text.corpus` (prose
+plus the retrieval-style documents the toy models are trained on); a user's own text files can be
+given instead. Needle-in-a-haystack prompts are in :mod:`headprobe.text.needles`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from headprobe.text.corpus import documents
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (split after ``.``, ``!`` or ``?`` followed by whitespace)."""
+    return [s for s in _SENTENCE_END.split(text.strip()) if s]
+
+
+def haystack_sentences(seed: int = 0, files: list[Path] | None = None) -> Iterator[str]:
+    """An endless stream of sentences: the built-in corpus, or the given text files in a loop."""
+    if files:
+        texts = []
+        for f in files:
+            if not Path(f).is_file():
+                raise FileNotFoundError(f"haystack file {f} does not exist")
+            texts.append(Path(f).read_text(encoding="utf-8"))
+        sentences = [s for t in texts for s in split_sentences(t)]
+        if not sentences:
+            raise ValueError("the haystack files hold no text")
+        while True:
+            yield from sentences
+    for _, text in documents(seed):
+        yield from split_sentences(text)
+
+
+def filler_ids(tokenizer, length: int, seed: int = 0, files: list[Path] | None = None) -> list[int]:
+    """Exactly ``length`` token ids of haystack text (the last sentence is cut)."""
+    ids: list[int] = []
+    for sentence in haystack_sentences(seed, files):
+        ids.extend(tokenizer.encode(" " + sentence))
+        if len(ids) >= length:
+            return ids[:length]
+    raise AssertionError("unreachable")
+
+
+def text_inputs(tokenizer, length: int, samples: int, seed: int = 0, files: list[Path] | None = None) -> torch.Tensor:
+    """``[samples, length]`` token ids for the attention-statistics metrics (BOS first when the tokenizer
+    has one); sample ``s`` starts from a different part of the haystack."""
+    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
+    rows = [bos + filler_ids(tokenizer, length - len(bos), seed=seed + 1000 * s, files=files) for s in range(samples)]
+    return torch.tensor(rows, dtype=torch.long)
