@@ -27,7 +27,7 @@ def main() -> None:
     from headprobe.model.presets import preset
     from headprobe.model.tokenizer import ByteTokenizer
     from headprobe.model.transformer import Transformer
-    from headprobe.models import HeadprobeModel
+    from headprobe.probe import HeadprobeModel
     from headprobe.shortctx import builtin_items, evaluate_items
 
     torch.manual_seed(0)

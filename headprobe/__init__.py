@@ -1,7 +1,7 @@
 """headprobe: how the shape of attention heads decides long-context retrieval.
 
 ``headprobe.load_model(path)`` opens our checkpoints and local Hugging Face models for analysis
-(see :mod:`headprobe.models`); the metrics live in :mod:`headprobe.metrics`, the streaming engine in
+(see :mod:`headprobe.probe`); the metrics live in :mod:`headprobe.metrics`, the streaming engine in
 :mod:`headprobe.stats`.
 """
 
@@ -14,7 +14,7 @@ __all__ = ["ProbedModel", "load_model"]
 
 def __getattr__(name: str) -> Any:  # lazy: keep `headprobe plan` and friends quick to start
     if name in __all__:
-        from headprobe import models
+        from headprobe import probe
 
-        return getattr(models, name)
+        return getattr(probe, name)
     raise AttributeError(f"module 'headprobe' has no attribute {name!r}")

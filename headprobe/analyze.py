@@ -39,7 +39,7 @@ from headprobe.metrics import (
     score_prompts,
 )
 from headprobe.model.atomic import atomic_write_text
-from headprobe.models import ModelLoadError, ProbedModel, load_model, parse_dtype
+from headprobe.probe import ModelLoadError, ProbedModel, load_model, parse_dtype
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NEEDLES, needle_prompt
 
@@ -62,7 +62,7 @@ class AnalyzeSettings:
     seed: int = 0
     max_new_tokens: int = 50
     haystack: list[str] | None = None
-    dtype: str | None = None  # model dtype (headprobe.models.DTYPES); None = as saved
+    dtype: str | None = None  # model dtype (headprobe.probe.DTYPES); None = as saved
 
     def validate(self) -> None:
         try:

@@ -98,8 +98,8 @@ def ruler_eval(
     """Greedy decoding on RULER-style samples; scores.json with per-task, per-length and overall scores.
     Several checkpoints (a grid) are evaluated on the same samples, each into OUT/<name>/, and compared."""
     from headprobe.analyze import AnalysisError
-    from headprobe.models import ModelLoadError
     from headprobe.plan import wide_console
+    from headprobe.probe import ModelLoadError
     from headprobe.ruler import RulerError, resolve_tasks
     from headprobe.ruler.evaluate import RulerSettings, comparison_table, evaluate_many, score_table
 
@@ -191,7 +191,7 @@ def shortctx_eval(
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm)."""
     from headprobe.model.atomic import atomic_write_text
-    from headprobe.models import ModelLoadError, load_model, parse_dtype
+    from headprobe.probe import ModelLoadError, load_model, parse_dtype
     from headprobe.shortctx import ShortCtxError, builtin_items, evaluate_items, load_task
 
     try:

@@ -18,8 +18,8 @@ from headprobe.metrics import attention_entropy
 from headprobe.model.presets import list_presets, preset
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.models import HeadprobeModel
 from headprobe.plan import configs_for, plan_rows, plan_table, wide_console
+from headprobe.probe import HeadprobeModel
 
 DEMO_TEXT = (
     "The archivist kept a ledger of every key she was given. The key for the north door is 4471. "

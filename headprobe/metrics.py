@@ -8,7 +8,6 @@ seam, so no ``L x L`` matrix is ever built.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 from collections import Counter
@@ -19,8 +18,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from headprobe.model.transformer import AttentionCall
-from headprobe.models import ProbedModel
+from headprobe.model.seam import AttentionCall
+from headprobe.probe import ProbedModel
 from headprobe.stats import attention_stats
 from headprobe.text.needles import NEEDLES, Needle, NeedlePrompt, needle_prompt
 
@@ -260,16 +259,6 @@ def rouge1_recall(reference: str, prediction: str) -> float:
     return sum(min(c, pred[w]) for w, c in ref.items()) / total if total else 0.0
 
 
-def _newline_ids(tokenizer) -> list[int]:
-    """Token ids whose text contains a newline (decoding stops there)."""
-    cache = getattr(tokenizer, "_headprobe_newlines", None)
-    if cache is None:
-        cache = [i for i in range(tokenizer.vocab_size) if "\n" in tokenizer.decode([i])]
-        with contextlib.suppress(AttributeError):
-            tokenizer._headprobe_newlines = cache
-    return cache
-
-
 def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50) -> tuple[np.ndarray, dict]:
     """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
     sample's record (response, ROUGE-1 recall, kept or not).
@@ -289,7 +278,7 @@ def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: i
             if ids[where[head]] == token:
                 scores[call.layer, head] += 1 / span
 
-    tokens = model.decode(torch.tensor([ids]), max_new_tokens, _newline_ids(model.tokenizer), probe=probe)
+    tokens = model.decode(torch.tensor([ids]), max_new_tokens, list(model.tokenizer.newline_ids), probe=probe)
     response = model.tokenizer.decode(tokens)
     recall = rouge1_recall(prompt.needle.answer, response)
     record = {

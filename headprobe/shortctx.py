@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from headprobe.model.tokenizer import prompt_start, with_prompt_start
-from headprobe.models import ProbedModel
+from headprobe.probe import ProbedModel
 from headprobe.text.jsonl import jsonl_records
 
 
@@ -320,7 +320,7 @@ class HeadprobeLM(_lm_base()):  # type: ignore[misc]
         if _lm_base() is not object:
             super().__init__()
         if model is None:
-            from headprobe.models import load_model
+            from headprobe.probe import load_model
 
             model = load_model(path, device=device)  # type: ignore[arg-type]
         self.probed = model

@@ -22,9 +22,11 @@ from headprobe.metrics import (
     retrieval_scores,
     rouge1_recall,
 )
+from headprobe.model.config import LayerInfo, LayerType
+from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer
-from headprobe.model.transformer import AttentionCall, Transformer
-from headprobe.models import HeadprobeModel, LayerInfo, ProbedModel
+from headprobe.model.transformer import Transformer
+from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.stats import attention_stats
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NEEDLES, needle_prompt
@@ -190,7 +192,10 @@ class CopyModel(ProbedModel):
 
     def __init__(self, fail_depths=()):
         self.name, self.tokenizer, self.device = "copy", ByteTokenizer(), torch.device("cpu")
-        self.layers = [LayerInfo(0, "sliding", 2, 2, 2048, 2048, 8), LayerInfo(1, "full", 2, 2, 2048, 2048, None)]
+        self.layers = [
+            LayerInfo(0, LayerType.SLIDING, 2, 2, 2048, 2048, 8),
+            LayerInfo(1, LayerType.FULL, 2, 2, 2048, 2048, None),
+        ]
         self.max_positions = 2048
         self.fail_depths = fail_depths
         self.target: tuple[int, int] | None = None

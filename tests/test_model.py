@@ -12,7 +12,8 @@ from test_rope import complex_rope
 from headprobe.model.config import AttentionConfig
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.presets import list_presets, preset
-from headprobe.model.transformer import AttentionCall, Transformer
+from headprobe.model.seam import AttentionCall
+from headprobe.model.transformer import Transformer
 
 
 def dense_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
@@ -177,7 +178,7 @@ def test_probe_sees_post_rope_q_k_with_window_and_scale():
         assert c.layer_type == ("full" if c.layer == 3 else "sliding") and c.key_start == 0
         torch.testing.assert_close(c.q, cache[f"blocks.{c.layer}.attn.hook_rot_q"].transpose(1, 2))
         torch.testing.assert_close(c.k, cache[f"blocks.{c.layer}.attn.hook_rot_k"].transpose(1, 2))
-    assert all(not a.probes for a in model.attention_layers)
+    assert not model.seam.probing  # detached when the context closed
 
 
 def test_probe_key_start_during_decoding():

@@ -9,7 +9,7 @@ from conftest import tiny_config
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.models import HeadprobeModel, HFModel, ModelLoadError, load_model
+from headprobe.probe import HeadprobeModel, HFModel, ModelLoadError, load_model
 from headprobe.stats import attention_stats
 from headprobe.toy_hf import ARCHS, build_toy_hf_model
 
@@ -138,3 +138,28 @@ def test_our_batched_decoding_equals_one_at_a_time():
     _batched_steps_equal_single(model, prompts, 256)
     stop = [model.decode(prompts[3], 6)[3]]
     assert model.decode_batch(prompts, 10, stop) == [model.decode(p, 10, stop) for p in prompts]
+
+
+def test_hf_probes_belong_to_their_model(hf_models):
+    """The HF route keeps its state per call: a probe on one model sees none of another model's calls,
+    even while that model runs inside the probe's context, and none after the context closes."""
+    a, b = load_model(hf_models["qwen2"]), load_model(hf_models["llama"])
+    ids = torch.randint(3, 512, (1, 12))
+    seen = []
+    with a.seam.attach(seen.append):
+        b.run(ids)
+        b.decode(ids, 3)
+        assert seen == []
+        a.run(ids)
+        assert [c.layer for c in seen] == [0, 1, 2, 3]
+        assert all(c.key_start == 0 and c.q.shape[2] == 12 for c in seen)
+    a.run(ids)
+    assert len(seen) == 4  # detached
+    steps = []
+    a.decode(ids, 2, probe=lambda step, token, call: steps.append((step, call.layer, call.key_start, call.k.shape[2])))
+    windows = [i.window for i in a.layers]
+    # decoding starts from the last prompt token (position 11), then 12; sliding layers keep their window
+    for step, layer, key_start, k_len in steps:
+        position = 11 + step
+        want = position + 1 if windows[layer] is None else min(position + 1, windows[layer])
+        assert k_len == want and key_start == position + 1 - k_len

@@ -17,7 +17,7 @@ from headprobe.cli import app
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.models import HeadprobeModel, ProbedModel
+from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
 from headprobe.ruler import templates as T
 from headprobe.ruler.evaluate import RulerSettings, evaluate

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from headprobe.cli import app
 from headprobe.model.tokenizer import ByteTokenizer
-from headprobe.models import ProbedModel
+from headprobe.probe import ProbedModel
 from headprobe.shortctx import (
     HeadprobeLM,
     Item,
@@ -290,7 +290,7 @@ def test_batched_loglikelihoods_equal_one_at_a_time():
     from conftest import tiny_config
 
     from headprobe.model.transformer import Transformer
-    from headprobe.models import HeadprobeModel
+    from headprobe.probe import HeadprobeModel
     from headprobe.shortctx import loglikelihoods
 
     torch.manual_seed(0)

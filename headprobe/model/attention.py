@@ -29,6 +29,7 @@ import functools
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,23 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from headprobe.model.masks import CausalMask, KeyPadding
 
 MAX_PADDED_Q_LEN = 64
+
+
+class Backend(str, Enum):
+    """The attention backends (see the module docstring); ``AUTO`` picks the fastest that can run a call."""
+
+    AUTO = "auto"
+    REFERENCE = "reference"
+    SDPA = "sdpa"
+    FLEX = "flex"
+    FLASH = "flash"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> Backend:
+        raise ValueError(f"unknown attention backend {value!r}; choose one of {[b.value for b in cls]}")
 
 
 class AttentionBackendError(RuntimeError):
@@ -304,42 +322,45 @@ class FlashBackend:
         return out.transpose(1, 2)
 
 
-BACKENDS: dict[str, ReferenceBackend | SdpaBackend | FlexBackend | FlashBackend] = {
-    "reference": ReferenceBackend(),
-    "sdpa": SdpaBackend(),
-    "flex": FlexBackend(),
-    "flash": FlashBackend(),
+BACKENDS: dict[Backend, ReferenceBackend | SdpaBackend | FlexBackend | FlashBackend] = {
+    Backend.REFERENCE: ReferenceBackend(),
+    Backend.SDPA: SdpaBackend(),
+    Backend.FLEX: FlexBackend(),
+    Backend.FLASH: FlashBackend(),
 }
 
 
-def _auto_order(s: AttentionShape, mask: CausalMask) -> list[str]:
+def _auto_order(s: AttentionShape, mask: CausalMask) -> list[Backend]:
     if s.device.type == "cuda":
         # flash where it applies; flex skips the masked tiles of a sliding window over a whole
         # sequence (not for decode steps or cache chunks: every new shape would recompile it); SDPA
         # (its mem-efficient kernel accepts qk_dim != v_dim and widths above 256) for the rest.
         windowed_sequence = not mask.covers(s.k_len) and s.q_len == s.k_len
-        return ["flash", "flex", "sdpa"] if windowed_sequence else ["flash", "sdpa"]
-    return ["sdpa"]
+        if windowed_sequence:
+            return [Backend.FLASH, Backend.FLEX, Backend.SDPA]
+        return [Backend.FLASH, Backend.SDPA]
+    return [Backend.SDPA]
 
 
-def select_backend(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, backend: str = "auto") -> str:
-    """The name of the backend ``attention`` would run for these inputs (raises if it cannot)."""
+def select_backend(
+    q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, backend: Backend | str = Backend.AUTO
+) -> Backend:
+    """The backend ``attention`` would run for these inputs (raises if it cannot)."""
     s = AttentionShape.of(q, k, v)
     mask = CausalMask(window)
-    if backend == "auto":
+    backend = Backend(backend)
+    if backend is Backend.AUTO:
         reasons = []
         for name in _auto_order(s, mask):
             why = BACKENDS[name].unsupported(s, mask)
             if why is None:
                 return name
-            reasons.append(f"{name}: {why}")
+            reasons.append(f"{name.value}: {why}")
         raise AttentionBackendError("no attention backend can run these inputs:\n  " + "\n  ".join(reasons))
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown attention backend {backend!r}; choose one of {['auto', *BACKENDS]}")
     why = BACKENDS[backend].unsupported(s, mask)
     if why is not None:
         raise AttentionBackendError(
-            f"backend {backend!r} cannot run q{tuple(q.shape)} "
+            f"backend {backend.value!r} cannot run q{tuple(q.shape)} "
             f"k{tuple(k.shape)} v{tuple(v.shape)} {s.dtype} on {s.device}: {why}"
         )
     return backend
@@ -352,7 +373,7 @@ def attention(
     *,
     window: int | None = None,
     scale: float | None = None,
-    backend: str = "auto",
+    backend: Backend | str = Backend.AUTO,
     padding: KeyPadding | None = None,
 ) -> Tensor:
     """Causal attention; see the module docstring for shapes, the window convention and backends.
@@ -373,7 +394,7 @@ def attention(
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     if padding is not None:
         AttentionShape.of(q, k, v)
-        if backend not in ("auto", "reference"):
+        if Backend(backend) not in (Backend.AUTO, Backend.REFERENCE):
             raise AttentionBackendError(f"left-padded batches run on the reference backend, not {backend!r}")
         if q.shape[2] > MAX_PADDED_Q_LEN:
             raise AttentionBackendError(
@@ -382,6 +403,6 @@ def attention(
             )
         if padding.start.shape != (q.shape[0],):
             raise ValueError(f"padding.start must be [batch]={q.shape[0]}, got {tuple(padding.start.shape)}")
-        return BACKENDS["reference"](q, k, v, CausalMask(window), scale, key_valid=padding.valid(k.shape[2]))
+        return BACKENDS[Backend.REFERENCE](q, k, v, CausalMask(window), scale, key_valid=padding.valid(k.shape[2]))
     name = select_backend(q, k, v, window=window, backend=backend)
     return BACKENDS[name](q, k, v, CausalMask(window), scale)

@@ -20,10 +20,11 @@ real models. Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from headprobe.model.config import AttentionConfig, ModelConfig
+from headprobe.model.config import AttentionConfig, LayerInfo, LayerType, ModelConfig
 
 
 def attention_params(att: AttentionConfig, d_model: int) -> int:
@@ -33,6 +34,22 @@ def attention_params(att: AttentionConfig, d_model: int) -> int:
     v = d_model * att.kv_heads * att.v_head_dim
     o = att.n_heads * att.v_head_dim * d_model
     return q + k + v + o
+
+
+def kv_values_per_token(info: LayerInfo) -> int:
+    """Values one layer caches per token: ``kv_heads * (qk_dim + v_dim)``."""
+    return info.n_kv_heads * (info.qk_dim + info.v_dim)
+
+
+def cached_tokens(info: LayerInfo, tokens: int) -> int:
+    """Tokens one layer's cache holds after ``tokens`` tokens: all for full layers, at most ``window``
+    for sliding layers (the next query's window, its own key included)."""
+    return tokens if info.window is None else min(tokens, info.window)
+
+
+def kv_cache_bytes(layers: Sequence[LayerInfo], tokens: int, bytes_per_value: int) -> int:
+    """Bytes of one sequence's KV cache after ``tokens`` tokens, over ``layers``."""
+    return sum(bytes_per_value * kv_values_per_token(i) * cached_tokens(i, tokens) for i in layers)
 
 
 def mean_visible_keys(seq_len: int, window: int | None) -> float:
@@ -79,7 +96,7 @@ def budget(cfg: ModelConfig, seq_len: int | None = None, bytes_per_value: int = 
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     d = cfg.d_model
     types = cfg.layer_types()
-    n_full = types.count("full")
+    n_full = types.count(LayerType.FULL)
     n_swa = len(types) - n_full
     attn_swa = n_swa * attention_params(cfg.swa, d)
     attn_full = n_full * attention_params(cfg.full, d)
@@ -90,18 +107,10 @@ def budget(cfg: ModelConfig, seq_len: int | None = None, bytes_per_value: int = 
     params = embedding + lm_head + attn_swa + attn_full + mlp + norms
 
     matmul_params = attn_swa + attn_full + mlp + cfg.vocab_size * d
-    attn_flops = 0.0
-    kv_values = 0
-    kv_new = 0
-    for layer in range(cfg.n_layers):
-        att = cfg.attention(layer)
-        keys = mean_visible_keys(seq_len, att.window)
-        attn_flops += 2 * att.n_heads * (att.qk_head_dim + att.v_head_dim) * keys
-        per_token = att.kv_heads * (att.qk_head_dim + att.v_head_dim)
-        cached = seq_len if att.window is None else min(seq_len, att.window)
-        kv_values += per_token * cached
-        if att.window is None:
-            kv_new += per_token
+    layers = cfg.layer_infos()
+    attn_flops = sum(2 * i.n_heads * (i.qk_dim + i.v_dim) * mean_visible_keys(seq_len, i.window) for i in layers)
+    kv_bytes = kv_cache_bytes(layers, seq_len, bytes_per_value)
+    kv_new = sum(kv_values_per_token(i) for i in layers if i.window is None)
     forward = 2 * matmul_params + attn_flops
     return Budget(
         name=cfg.name or "custom",
@@ -119,7 +128,7 @@ def budget(cfg: ModelConfig, seq_len: int | None = None, bytes_per_value: int = 
         full_v_dim=cfg.full.v_head_dim,
         flops_per_token=3 * forward,
         attn_flops_per_token=3 * attn_flops,
-        kv_bytes_per_token=kv_values * bytes_per_value / seq_len,
+        kv_bytes_per_token=kv_bytes / seq_len,
         kv_bytes_per_new_token=kv_new * bytes_per_value,
-        kv_cache_bytes=kv_values * bytes_per_value,
+        kv_cache_bytes=kv_bytes,
     )

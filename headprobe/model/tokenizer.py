@@ -6,6 +6,7 @@ Both provide ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -23,6 +24,9 @@ class Tokenizer(Protocol):
     def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
 
     def decode(self, ids: list[int]) -> str: ...
+
+    @property
+    def newline_ids(self) -> tuple[int, ...]: ...
 
 
 class ByteTokenizer:
@@ -47,6 +51,11 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    @property
+    def newline_ids(self) -> tuple[int, ...]:
+        """Ids whose text contains a newline: the byte ``0x0A``."""
+        return (10,)
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
@@ -95,6 +104,11 @@ class HFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    @functools.cached_property
+    def newline_ids(self) -> tuple[int, ...]:
+        """Ids whose text contains a newline (computed once over the vocabulary)."""
+        return tuple(i for i in range(self.vocab_size) if "\n" in self.decode([i]))
 
     def save(self, path: str | Path) -> None:
         self._tok.save(str(path))

@@ -10,16 +10,15 @@ Attention hooks (``blocks.{l}.attn.``) use TransformerLens' layout ``[batch, pos
 ``hook_q``/``hook_k`` (``qk_head_dim``), ``hook_v`` (``v_head_dim``), ``hook_rot_q``/``hook_rot_k``
 (after RoPE) and ``hook_z`` (per-head output before the o projection). There is **no**
 ``hook_pattern``: no dense attention pattern is ever computed, at any length. Instead every
-attention layer passes its post-RoPE queries and keys, with its window and scale, through one seam,
-:meth:`Transformer.probe`, where streaming analyses can compute exact statistics.
+attention layer passes its post-RoPE queries and keys, with its window and scale, through the model's
+:class:`~headprobe.model.seam.Seam` (:meth:`Transformer.probe`), where streaming analyses compute exact
+statistics.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 
 import torch
 import torch.nn.functional as F
@@ -28,38 +27,12 @@ from torch.utils.checkpoint import checkpoint
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from headprobe.model.attention import attention
+from headprobe.model.attention import Backend
 from headprobe.model.config import AttentionConfig, LayerType, ModelConfig
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
-
-
-@dataclass(frozen=True)
-class AttentionCall:
-    """What one attention layer sees in one forward pass; handed to every registered probe.
-
-    Attributes:
-        layer: block index.
-        layer_type: ``"sliding"`` or ``"full"``.
-        q: post-RoPE queries ``[batch, heads, q_len, qk_dim]``.
-        k: post-RoPE keys ``[batch, kv_heads, k_len, qk_dim]`` (cached keys first when decoding).
-        window: keys visible per query including its own; ``None`` = full causal.
-        scale: softmax scale applied to ``q . k``.
-        key_start: absolute position of ``k[:, :, 0]``; query ``i`` sits at absolute position
-            ``key_start + k_len - q_len + i`` (see :mod:`headprobe.model.masks`).
-    """
-
-    layer: int
-    layer_type: LayerType
-    q: Tensor
-    k: Tensor
-    window: int | None
-    scale: float
-    key_start: int
-
-
-AttentionProbe = Callable[[AttentionCall], None]
+from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
 
 
 class RMSNorm(nn.Module):
@@ -81,17 +54,15 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     """Multi-head (grouped-query) causal attention with its own query/key and value widths."""
 
-    def __init__(self, layer: int, layer_type: LayerType, att: AttentionConfig, d_model: int) -> None:
+    def __init__(self, layer: int, layer_type: LayerType, att: AttentionConfig, d_model: int, seam: Seam) -> None:
         super().__init__()
-        self.layer, self.layer_type, self.cfg = layer, layer_type, att
+        self.layer, self.layer_type, self.cfg, self.seam = layer, layer_type, att, seam
         h, hkv = att.n_heads, att.kv_heads
         self.q_proj = nn.Linear(d_model, h * att.qk_head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, hkv * att.qk_head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, hkv * att.v_head_dim, bias=False)
         self.o_proj = nn.Linear(h * att.v_head_dim, d_model, bias=False)
         self.rotary = Rotary(att.rope_dim, att.rope_theta)
-        self.backend = "auto"
-        self.probes: list[AttentionProbe] = []
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
         self.hook_z = HookPoint()
@@ -110,32 +81,18 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, heads, seq, dim]
         if cache is not None:
             k, v = cache[self.layer].update(k, v)
-        padding = None
-        if pad is not None:
-            if self.probes:
-                raise ValueError("probes see one unpadded sequence: decode probed samples one at a time")
-            padding = KeyPadding.of_call(pad, position + n - k.shape[2])
-        if self.probes:
-            call = AttentionCall(
-                layer=self.layer,
-                layer_type=self.layer_type,
-                q=q,
-                k=k,
-                window=att.window,
-                scale=att.scale,
-                key_start=position + n - k.shape[2],
-            )
-            for probe in self.probes:
-                probe(call)
-        z = attention(
-            q,
-            k,
-            v,
+        key_start = position + n - k.shape[2]
+        call = AttentionCall(
+            layer=self.layer,
+            layer_type=self.layer_type,
+            q=q,
+            k=k,
             window=att.window,
             scale=att.scale,
-            backend=self.backend if padding is None else "auto",
-            padding=padding,
+            key_start=key_start,
+            padding=None if pad is None else KeyPadding.of_call(pad, key_start),
         )
+        z = self.seam(call, v)
         z = self.hook_z(z.transpose(1, 2))  # [batch, seq, heads, v_dim]
         return self.o_proj(z.reshape(b, n, att.n_heads * att.v_head_dim))
 
@@ -156,10 +113,10 @@ class SwiGLU(nn.Module):
 class Block(nn.Module):
     """Pre-norm residual block: attention, then SwiGLU MLP."""
 
-    def __init__(self, layer: int, cfg: ModelConfig) -> None:
+    def __init__(self, layer: int, cfg: ModelConfig, seam: Seam) -> None:
         super().__init__()
         self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(layer, cfg.layer_type(layer), cfg.attention(layer), cfg.d_model)
+        self.attn = Attention(layer, cfg.layer_type(layer), cfg.attention(layer), cfg.d_model, seam)
         self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
@@ -183,7 +140,8 @@ class Transformer(HookedRootModule):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.hook_embed = HookPoint()
-        self.blocks = nn.ModuleList(Block(i, cfg) for i in range(cfg.n_layers))
+        self.seam = Seam()  # every layer's attention calls pass here (headprobe.model.seam)
+        self.blocks = nn.ModuleList(Block(i, cfg, self.seam) for i in range(cfg.n_layers))
         self.ln_final = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -308,22 +266,15 @@ class Transformer(HookedRootModule):
     def attention_layers(self) -> list[Attention]:
         return [block.attn for block in self.blocks]
 
-    def set_attention_backend(self, backend: str) -> None:
+    def set_attention_backend(self, backend: Backend | str) -> None:
         """Backend for every attention layer (``auto``, ``sdpa``, ``flex``, ``flash``, ``reference``)."""
-        for attn in self.attention_layers:
-            attn.backend = backend
+        self.seam.backend = Backend(backend)
 
-    @contextmanager
-    def probe(self, fn: AttentionProbe) -> Iterator[None]:
+    def probe(self, fn: AttentionProbe) -> AbstractContextManager[None]:
         """Call ``fn(AttentionCall)`` at every attention layer while the context is open; always removed.
 
-        This is the single place where post-RoPE queries and keys pass by with the layer's window and
-        scale, before attention is computed; the analysis package builds its streaming statistics on it.
+        This is the model's :class:`~headprobe.model.seam.Seam`: post-RoPE queries and keys pass by
+        with the layer's window and scale before attention is computed; the analysis package builds
+        its streaming statistics on it.
         """
-        for attn in self.attention_layers:
-            attn.probes.append(fn)
-        try:
-            yield
-        finally:
-            for attn in self.attention_layers:
-                attn.probes.remove(fn)
+        return self.seam.attach(fn)

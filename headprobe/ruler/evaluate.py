@@ -21,7 +21,7 @@ import torch
 
 from headprobe.model.atomic import atomic_write_text
 from headprobe.model.tokenizer import prompt_start, with_prompt_start
-from headprobe.models import ProbedModel, load_model, parse_dtype
+from headprobe.probe import ProbedModel, load_model, parse_dtype
 from headprobe.ruler.generate import RulerError, RulerGenerator
 from headprobe.ruler.scoring import METRICS, postprocess
 from headprobe.ruler.tasks import TASKS, resolve_tasks
@@ -39,7 +39,7 @@ class RulerSettings:
     qa_files: list[str] | None = None
     data: str | None = None
     wrapper: str = "base"  # base | chat | a wrapper string or file (see headprobe.ruler.templates)
-    dtype: str | None = None  # model dtype (headprobe.models.DTYPES); None = as saved
+    dtype: str | None = None  # model dtype (headprobe.probe.DTYPES); None = as saved
 
 
 def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
@@ -298,7 +298,7 @@ def evaluate_many(
         ``{"checkpoints": {name: scores}, "errors": {name: message}}``.
     """
     from headprobe.analyze import AnalysisError, checkpoint_name
-    from headprobe.models import ModelLoadError
+    from headprobe.probe import ModelLoadError
 
     out = Path(out)
     names = [checkpoint_name(Path(c)) for c in checkpoints]

@@ -1,0 +1,108 @@
+"""The attention seam: the one contract every attention call passes through.
+
+Every attention layer, ours (:class:`headprobe.model.transformer.Attention`) and a Hugging Face
+model's (through headprobe's ``AttentionInterface`` function, :mod:`headprobe.probe.hf`), describes
+its call as an :class:`AttentionCall` and hands it, with its values, to the model's :class:`Seam`.
+The seam shows the call to every attached probe (streaming statistics, the explorer), then computes
+the output with the seam's attention backend (:func:`headprobe.model.attention.attention`; a new
+kernel is a new backend). So probes see exactly the queries and keys the output is computed from,
+and no dense ``L x L`` attention pattern is ever built for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from headprobe.model.attention import Backend, attention
+from headprobe.model.config import LayerType
+from headprobe.model.masks import CausalMask, KeyPadding
+
+
+class ProbeError(ValueError):
+    """A probe was attached to a call it cannot see correctly (e.g. a left-padded batch)."""
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """What one attention layer sees in one forward pass; handed to every attached probe.
+
+    Attributes:
+        layer: block index.
+        layer_type: sliding-window or full attention.
+        q: post-RoPE queries ``[batch, heads, q_len, qk_dim]``.
+        k: post-RoPE keys ``[batch, kv_heads, k_len, qk_dim]`` (cached keys first when decoding).
+        window: keys visible per query including its own; ``None`` = full causal.
+        scale: softmax scale applied to ``q . k``.
+        key_start: absolute position of ``k[:, :, 0]``; query ``i`` sits at absolute position
+            ``key_start + k_len - q_len + i`` (the bottom-right convention of :mod:`headprobe.model.masks`).
+        padding: left padding of a batched decode step (rows of different lengths); ``None`` otherwise.
+    """
+
+    layer: int
+    layer_type: LayerType
+    q: Tensor
+    k: Tensor
+    window: int | None
+    scale: float
+    key_start: int
+    padding: KeyPadding | None = None
+
+    @property
+    def mask(self) -> CausalMask:
+        return CausalMask(self.window)
+
+    @property
+    def query_start(self) -> int:
+        """Absolute position of the first query."""
+        return self.key_start + self.k.shape[2] - self.q.shape[2]
+
+
+AttentionProbe = Callable[[AttentionCall], None]
+
+
+class Seam:
+    """Where a model's attention calls pass: attached probes see each call, then the backend computes it.
+
+    Attributes:
+        backend: the attention backend for unpadded calls (``Backend.AUTO`` picks per call); left-padded
+            decode steps always run the reference path (see :func:`headprobe.model.attention.attention`).
+    """
+
+    def __init__(self, backend: Backend = Backend.AUTO) -> None:
+        self.backend = Backend(backend)
+        self._probes: list[AttentionProbe] = []
+
+    @property
+    def probing(self) -> bool:
+        return bool(self._probes)
+
+    @contextmanager
+    def attach(self, probe: AttentionProbe) -> Iterator[None]:
+        """Call ``probe(call)`` for every attention call while the context is open; always removed."""
+        self._probes.append(probe)
+        try:
+            yield
+        finally:
+            self._probes.remove(probe)
+
+    def __call__(self, call: AttentionCall, v: Tensor) -> Tensor:
+        """Show ``call`` to the probes, then attend: ``v: [batch, kv_heads, k_len, v_dim]`` ->
+        ``[batch, heads, q_len, v_dim]``."""
+        if self._probes:
+            if call.padding is not None:
+                raise ProbeError("probes see one unpadded sequence: decode probed samples one at a time")
+            for probe in list(self._probes):
+                probe(call)
+        return attention(
+            call.q,
+            call.k,
+            v,
+            window=call.window,
+            scale=call.scale,
+            backend=self.backend if call.padding is None else Backend.AUTO,
+            padding=call.padding,
+        )

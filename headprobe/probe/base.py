@@ -1,0 +1,136 @@
+"""The interface every analysed model offers: :class:`ProbedModel`.
+
+* ``tokenizer`` (``encode``/``decode``/special ids), ``layers`` (a :class:`LayerInfo` per layer:
+  type, head counts, window), ``max_positions`` and ``device``;
+* ``run(input_ids, probe=..., residual=...)``: a forward pass that hands every attention layer's
+  :class:`~headprobe.model.seam.AttentionCall` (post-RoPE queries and keys) to ``probe`` and each
+  residual stream (the embedding output as layer ``-1``, then every block's output) to ``residual``;
+* ``decode(prompt_ids, max_new_tokens, stop_ids, probe=...)``: greedy decoding with a KV cache.
+  As in Wu et al.'s reference code, the prompt minus its last token is prefilled, then decoding
+  starts from the last prompt token, so every generated token has one decode step whose attention
+  rows produced it; ``probe(step, token, call)`` sees each step's calls with the token it produced.
+* ``decode_batch(prompts, max_new_tokens, stop_ids)``: the same greedy tokens for several prompts of
+  different lengths at once: each is prefilled alone, then the caches are left-padded into one batch
+  (:class:`headprobe.model.masks.KeyPadding`) and each step advances every row (no probes).
+
+Implementations: :class:`headprobe.probe.ours.HeadprobeModel` (our checkpoints) and
+:class:`headprobe.probe.hf.HFModel` (Hugging Face causal LMs from a local folder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from headprobe.model.budget import kv_cache_bytes
+from headprobe.model.config import LayerInfo
+from headprobe.model.seam import AttentionCall, AttentionProbe
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+
+ResidualProbe = Callable[[int, Tensor], None]  # (layer, residual stream [batch, pos, d_model]); layer -1 = embedding
+DecodeProbe = Callable[[int, int, AttentionCall], None]  # (step, produced token, call)
+
+__all__ = ["AttentionProbe", "DecodeProbe", "LayerInfo", "ProbedModel", "ResidualProbe"]
+
+
+class ProbedModel:
+    """Common interface; see the module docstring."""
+
+    name: str
+    tokenizer: ByteTokenizer | HFTokenizer
+    layers: list[LayerInfo]
+    max_positions: int | None
+    device: torch.device
+
+    def run(
+        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def decode(
+        self,
+        prompt_ids: Tensor,
+        max_new_tokens: int,
+        stop_ids: list[int] | None = None,
+        probe: DecodeProbe | None = None,
+    ) -> list[int]:
+        """Greedy decoding of ``prompt_ids [1, n]``: prefill ``n - 1`` tokens, then one step per token
+        from the last prompt token; ``probe(step, token, call)`` sees every attention call of each step
+        together with the token that step produced. Stops after a token in ``stop_ids``."""
+        ids = prompt_ids.to(self.device)
+        state = self._prefill(ids[:, :-1])
+        token = ids[:, -1:]
+        out: list[int] = []
+        for step in range(max_new_tokens):
+            calls: list[AttentionCall] = []
+            logits = self._step(state, token, calls.append if probe else None)
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            for call in calls:
+                probe(step, nxt, call)  # type: ignore[misc]
+            if stop_ids and nxt in stop_ids:
+                break
+            token = torch.tensor([[nxt]], device=self.device)
+        return out
+
+    @torch.no_grad()
+    def decode_batch(
+        self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int] | None = None
+    ) -> list[list[int]]:
+        """Greedy continuations of several prompts ``[1, n_i]`` (lengths may differ), each cut after its
+        first stop token: the tokens :meth:`decode` gives each prompt, computed together. Each prompt
+        minus its last token is prefilled on its own, the caches are left-padded into one
+        (:meth:`_stack`) and every step advances all rows from their last prompt tokens."""
+        if len(prompts) <= 1:
+            return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
+        ids = [p.to(self.device) for p in prompts]
+        state = self._stack([self._prefill(p[:, :-1]) for p in ids])
+        token = torch.cat([p[:, -1:] for p in ids])  # [batch, 1]
+        out: list[list[int]] = [[] for _ in ids]
+        live = set(range(len(ids)))
+        for _ in range(max_new_tokens):
+            token = self._step(state, token, None)[:, -1].argmax(-1, keepdim=True)
+            produced = token[:, 0].tolist()  # one device sync per step
+            for row in sorted(live):
+                out[row].append(produced[row])
+                if stop_ids and out[row][-1] in stop_ids:
+                    live.discard(row)
+            if not live:
+                break
+        return out
+
+    def _prefill(self, ids: Tensor) -> Any:
+        """Run ``ids [1, n]`` (possibly empty) into a fresh KV cache; returns the decoding state."""
+        raise NotImplementedError
+
+    def _stack(self, states: list[Any]) -> Any:
+        """One left-padded decoding state from prefilled states of different lengths."""
+        raise NotImplementedError
+
+    def _step(self, state: Any, token: Tensor, probe: AttentionProbe | None) -> Tensor:
+        """One token per row ``[batch, 1]`` through the cache; returns logits ``[batch, 1, vocab]``."""
+        raise NotImplementedError
+
+    def logits(self, input_ids: Tensor) -> Tensor:
+        """Next-token logits ``[batch, seq, vocab]`` of a plain forward pass (no probes)."""
+        raise NotImplementedError
+
+    def kv_cache_bytes(self, tokens: int) -> int:
+        """Bytes of one sequence's KV cache after ``tokens`` tokens (:func:`headprobe.model.budget.kv_cache_bytes`)."""
+        return kv_cache_bytes(self.layers, tokens, next(iter(self.parameters())).element_size())
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        """The model's parameters (for sizes and dtypes)."""
+        raise NotImplementedError
+
+    def check_length(self, length: int) -> None:
+        """Raise when ``length`` tokens exceed the model's positions."""
+        if self.max_positions is not None and length > self.max_positions:
+            raise ValueError(
+                f"{self.name}: {length:,} tokens exceed the model's {self.max_positions:,} positions; use shorter "
+                "`lengths` (or raise the model's position limit if it extrapolates)"
+            )

@@ -1,0 +1,65 @@
+"""Our checkpoints behind the :class:`~headprobe.probe.base.ProbedModel` interface."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from headprobe.model.kv_cache import KVCache
+from headprobe.model.seam import AttentionProbe
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.model.transformer import Transformer
+from headprobe.probe.base import ProbedModel, ResidualProbe
+
+
+class HeadprobeModel(ProbedModel):
+    """A :class:`headprobe.model.transformer.Transformer` (usually loaded from a checkpoint folder)."""
+
+    def __init__(self, model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, name: str) -> None:
+        self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.device = next(model.parameters()).device
+        cfg = model.cfg
+        self.layers = cfg.layer_infos()
+        self.max_positions = None  # RoPE has no table limit; cfg.max_seq_len is the trained length
+        self.trained_length = cfg.max_seq_len
+
+    @contextlib.contextmanager
+    def _residual_hooks(self, residual: ResidualProbe | None) -> Iterator[None]:
+        if residual is None:
+            yield
+            return
+        hooks = [("hook_embed", lambda x, hook: residual(-1, x))]
+        hooks += [(f"blocks.{i}.hook_resid_post", lambda x, hook, i=i: residual(i, x)) for i in range(len(self.layers))]
+        with self.model.hooks(fwd_hooks=hooks):
+            yield
+
+    @torch.no_grad()
+    def run(
+        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
+    ) -> None:
+        probing = self.model.probe(probe) if probe is not None else contextlib.nullcontext()
+        with probing, self._residual_hooks(residual):
+            self.model(input_ids.to(self.device), last_only=True)
+
+    @torch.no_grad()
+    def logits(self, input_ids: Tensor) -> Tensor:
+        return self.model(input_ids.to(self.device))
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.model.parameters()
+
+    def _prefill(self, ids: Tensor) -> KVCache:
+        cache = KVCache(self.model.cfg)
+        if ids.shape[1]:
+            self.model(ids, cache=cache, last_only=True)
+        return cache
+
+    def _stack(self, states: list[KVCache]) -> KVCache:
+        return KVCache.stack(states)
+
+    def _step(self, state: KVCache, token: Tensor, probe: AttentionProbe | None) -> Tensor:
+        with self.model.probe(probe) if probe else contextlib.nullcontext():
+            return self.model(token, cache=state, last_only=True)
