@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from headprobe.stats import attention_stats
+from headprobe.stats import TILE_KERNELS, attention_stats
 
 
 def dense_stats(q, k, window, scale, rows, spans, topk):
@@ -109,13 +109,14 @@ def test_argmax_ties_go_to_the_first_key():
         torch.testing.assert_close(st.entropy[0, 0], torch.log(st.visible.float()), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("tiles", list(TILE_KERNELS))
 @pytest.mark.parametrize("window", [None, 9])
-def test_compiled_tiles_match_the_dense_reference(window):
-    """The fused (torch.compile) tile update, used on long inputs, against the dense reference."""
+def test_every_tile_kernel_matches_the_dense_reference(window, tiles):
+    """Every registered tile kernel (eager; compiled, used on long inputs) against the dense reference."""
     q = torch.randn(1, 4, 80, 32, dtype=torch.float64)
     k = torch.randn(1, 2, 80, 32, dtype=torch.float64)
     spans = [(10, 30)]
-    got = attention_stats(q.float(), k.float(), window=window, spans=spans, topk=3, chunk=24, compile=True)
+    got = attention_stats(q.float(), k.float(), window=window, spans=spans, topk=3, chunk=24, tiles=tiles)
     want = dense_stats(q, k, window, 32**-0.5, torch.arange(80), spans, 3)
     for name in ("lse", "entropy", "norm_entropy", "max_prob", "mean_distance", "span_mass"):
         torch.testing.assert_close(getattr(got, name).double(), want[name], atol=1e-5, rtol=1e-5, msg=name)

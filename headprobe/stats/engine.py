@@ -19,15 +19,14 @@ the work is ``O(rows x visible keys x dim)`` and the extra memory ``O(heads x ro
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
 
 from headprobe.model.masks import CausalMask
+from headprobe.stats.tiles import NEG, TileKernel, Tiles, tile_kernel
 
 
 @dataclass
@@ -71,49 +70,6 @@ def _default_chunk(heads: int, rows: int, device: torch.device) -> int:
     return max(64, min(8192, budget // max(1, heads * min(rows, 1024))))
 
 
-COMPILE_THRESHOLD = 1 << 22  # rows x keys (e.g. 2K x 2K)
-_NEG = -1e30  # stands in for -inf on masked scores: exp underflows to 0 and products stay finite
-
-
-def _tile_core(
-    s: Tensor,
-    visible: Tensor | None,
-    m: Tensor,
-    l: Tensor,
-    a: Tensor,
-    d: Tensor,
-    kpos: Tensor,
-    pos: Tensor,
-    indicator: Tensor | None,
-) -> tuple[Tensor, ...]:
-    """One online-softmax step over a tile: scores ``s [b, h, r, c]``, running ``m, l, a, d [b, h, r]``.
-
-    Returns the new ``m, l, a, d``, the tile's max and first argmax (tile-relative), and the tile's
-    unnormalised mass on each span (``indicator [c, n_spans]``), all in the new max's frame.
-    Pure tensor code, so ``torch.compile`` can fuse it into a single pass over the tile.
-    """
-    if visible is not None:
-        s = s.masked_fill(~visible, _NEG)
-    tile_max, tile_arg = s.max(dim=-1)  # first occurrence on ties
-    new_m = torch.maximum(m, tile_max)
-    rel = s - new_m[..., None]
-    e = torch.exp(rel)
-    if visible is not None:  # rows with nothing visible yet have new_m = _NEG, where exp(rel) = 1
-        e = e.masked_fill(~visible, 0.0)
-    alpha = torch.exp(m - new_m)
-    tile_l = e.sum(-1)
-    a = alpha * (a + (m - new_m) * l) + (e * rel).sum(-1)
-    l = alpha * l + tile_l
-    d = alpha * d + pos * tile_l - (e * kpos).sum(-1)
-    span_part = e @ indicator if indicator is not None else None
-    return new_m, l, a, d, tile_max, tile_arg, span_part
-
-
-@functools.lru_cache(maxsize=1)
-def _compiled_core() -> Callable[..., tuple[Tensor, ...]]:
-    return torch.compile(_tile_core, dynamic=True)
-
-
 class _Running:
     """The online-softmax accumulators of one block of rows (see the module docstring)."""
 
@@ -121,7 +77,7 @@ class _Running:
         def zeros(*shape):
             return torch.zeros(*shape, dtype=dtype, device=device)
 
-        self.m = torch.full((b, h, r), _NEG, dtype=dtype, device=device)
+        self.m = torch.full((b, h, r), NEG, dtype=dtype, device=device)
         self.l, self.a, self.d, self.s = zeros(b, h, r), zeros(b, h, r), zeros(b, h, r), zeros(b, h, r, n_spans)
         self.arg = torch.zeros(b, h, r, dtype=torch.long, device=device)
         self.topk = topk
@@ -135,10 +91,10 @@ class _Running:
         kpos: Tensor,
         pos: Tensor,
         spans: list[tuple[int, int]],
-        core: Callable[..., tuple[Tensor, ...]],
+        core: TileKernel,
     ) -> None:
         """Fold in one tile of scores ``s [b, h, r, c]`` (``visible [r, c]``, ``None`` = all) at key
-        positions ``kpos [c]`` for rows at ``pos [r]``; ``core`` is :func:`_tile_core` (maybe compiled)."""
+        positions ``kpos [c]`` for rows at ``pos [r]``; ``core`` is a :mod:`tile kernel <headprobe.stats.tiles>`."""
         t0, t1 = int(kpos[0]), int(kpos[-1]) + 1
         if self.topk:
             masked = s if visible is None else s.masked_fill(~visible, -math.inf)
@@ -184,7 +140,7 @@ def attention_stats(
     topk: int = 16,
     chunk: int | None = None,
     row_block: int | None = None,
-    compile: bool | None = None,
+    tiles: Tiles | str = Tiles.AUTO,
 ) -> AttentionStats:
     """Exact attention statistics of every head for the chosen query rows (see module docstring).
 
@@ -198,12 +154,44 @@ def attention_stats(
         topk: how many top keys to keep per row (0 = none).
         chunk: key-tile width (default: sized to keep a score tile near 16 MiB).
         row_block: query rows handled together (default: 1024, or about the window for sliding layers).
-        compile: fuse each tile's update with ``torch.compile`` (default: when ``rows x k_len`` is at
-            least ``COMPILE_THRESHOLD``).
+        tiles: the tile kernel (:mod:`headprobe.stats.tiles`): ``eager``, ``compiled``, or ``auto``
+            (compiled when ``rows x k_len`` is at least ``COMPILE_THRESHOLD``).
 
     Returns:
         :class:`AttentionStats`; computed in float32 (float64 inputs stay float64).
     """
+    rows, spans = _check(q, k, rows, spans)
+    _, h, q_len, dim = q.shape
+    k_len = k.shape[2]
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    pass_ = _Pass(
+        q=q,
+        k=k,
+        mask=CausalMask(window),
+        scale=dim**-0.5 if scale is None else scale,
+        work=work,
+        spans=spans,
+        topk=int(topk),
+        chunk=chunk or _default_chunk(h, min(len(rows), row_block or 1024), q.device),
+        core=tile_kernel(tiles, len(rows) * k_len),
+    )
+    out = pass_.outputs(len(rows))
+    positions = rows + (k_len - q_len)
+    order = torch.argsort(positions)  # blocks of nearby rows share key tiles
+    if row_block is None:  # sliding windows: blocks of about half a window (measured best on CPU)
+        row_block = 1024 if window is None else max(128, min(1024, window // 2))
+    for block_start in range(0, len(rows), row_block):
+        sel = order[block_start : block_start + row_block]
+        pass_.block(rows[sel], positions[sel]).finish(out, sel)
+    n_visible = torch.minimum(positions + 1, torch.full_like(positions, window)) if window else positions + 1
+    norm = _normalised(out["entropy"], n_visible)
+    return AttentionStats(positions=positions, norm_entropy=norm, visible=n_visible, **out)
+
+
+def _check(
+    q: Tensor, k: Tensor, rows: Tensor | None, spans: list[tuple[int, int]] | None
+) -> tuple[Tensor, list[tuple[int, int]]]:
+    """Validate the shapes, rows and spans of :func:`attention_stats`; returns rows as a long tensor."""
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(
             f"q must be [batch, heads, q_len, dim] and k [batch, kv_heads, k_len, dim]; got "
@@ -217,11 +205,7 @@ def attention_stats(
         raise ValueError(f"heads={h} is not a multiple of kv_heads={hkv}")
     if q_len > k_len:
         raise ValueError(f"q_len={q_len} > k_len={k_len}: queries must be the last keys")
-    mask = CausalMask(window)
-    scale = dim**-0.5 if scale is None else scale
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
     device = q.device
-    offset = k_len - q_len
     rows = torch.arange(q_len, device=device) if rows is None else torch.as_tensor(rows, device=device).long()
     if rows.dim() != 1 or (len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= q_len)):
         raise ValueError(f"rows must be a 1-D tensor of query indices in [0, {q_len})")
@@ -229,51 +213,65 @@ def attention_stats(
     for start, end in spans:
         if not 0 <= start < end <= k_len:
             raise ValueError(f"span ({start}, {end}) is not a non-empty range inside [0, {k_len})")
-    topk = int(topk)
-    if compile is None:  # compiling costs seconds once; it pays off on long inputs (5-6x faster tiles)
-        compile = len(rows) * k_len >= COMPILE_THRESHOLD
-    core = _compiled_core() if compile else _tile_core
-    chunk = chunk or _default_chunk(h, min(len(rows), row_block or 1024), device)
-    groups = h // hkv
-    n = len(rows)
+    return rows, spans
 
-    out = {
-        "lse": torch.empty(b, h, n, dtype=work, device=device),
-        "entropy": torch.empty(b, h, n, dtype=work, device=device),
-        "max_prob": torch.empty(b, h, n, dtype=work, device=device),
-        "argmax": torch.empty(b, h, n, dtype=torch.long, device=device),
-        "mean_distance": torch.empty(b, h, n, dtype=work, device=device),
-        "span_mass": torch.empty(b, h, n, len(spans), dtype=work, device=device),
-        "topk_idx": torch.full((b, h, n, topk), -1, dtype=torch.long, device=device),
-        "topk_prob": torch.zeros(b, h, n, topk, dtype=work, device=device),
-    }
-    positions = rows + offset
-    order = torch.argsort(positions)  # blocks of nearby rows share key tiles
-    if row_block is None:  # sliding windows: blocks of about half a window (measured best on CPU)
-        row_block = 1024 if window is None else max(128, min(1024, window // 2))
-    for block_start in range(0, n, row_block):
-        sel = order[block_start : block_start + row_block]
-        pos = positions[sel]
+
+@dataclass
+class _Pass:
+    """The fixed settings of one streaming pass over ``k`` (see :func:`attention_stats`)."""
+
+    q: Tensor
+    k: Tensor
+    mask: CausalMask
+    scale: float
+    work: torch.dtype
+    spans: list[tuple[int, int]]
+    topk: int
+    chunk: int
+    core: TileKernel
+
+    def outputs(self, n: int) -> dict[str, Tensor]:
+        """Empty per-row output tensors for ``n`` rows."""
+        b, h = self.q.shape[:2]
+        dev, work, topk = self.q.device, self.work, self.topk
+        return {
+            "lse": torch.empty(b, h, n, dtype=work, device=dev),
+            "entropy": torch.empty(b, h, n, dtype=work, device=dev),
+            "max_prob": torch.empty(b, h, n, dtype=work, device=dev),
+            "argmax": torch.empty(b, h, n, dtype=torch.long, device=dev),
+            "mean_distance": torch.empty(b, h, n, dtype=work, device=dev),
+            "span_mass": torch.empty(b, h, n, len(self.spans), dtype=work, device=dev),
+            "topk_idx": torch.full((b, h, n, topk), -1, dtype=torch.long, device=dev),
+            "topk_prob": torch.zeros(b, h, n, topk, dtype=work, device=dev),
+        }
+
+    def block(self, rows: Tensor, pos: Tensor) -> _Running:
+        """Stream every key tile some of ``rows`` (query indices, at key positions ``pos``) can see."""
+        q, k, window = self.q, self.k, self.mask.window
+        b, h, _, dim = q.shape
+        hkv = k.shape[1]
         first, last = int(pos.min()), int(pos.max())
-        lo, hi = mask.key_range(first)[0], last + 1
-        r = len(sel)
+        lo, hi = self.mask.key_range(first)[0], last + 1
+        r = len(rows)
         # queries of one kv head side by side, with the scale folded in: [b, hkv, groups * r, d]
-        qs = (q[:, :, rows[sel]].to(work) * scale).reshape(b, hkv, groups * r, dim)
-        acc = _Running(b, h, r, len(spans), topk, work, device)
-        for t0 in range(lo, hi, chunk):
-            t1 = min(hi, t0 + chunk)
-            kpos = torch.arange(t0, t1, device=device)
+        qs = (q[:, :, rows].to(self.work) * self.scale).reshape(b, hkv, (h // hkv) * r, dim)
+        acc = _Running(b, h, r, len(self.spans), self.topk, self.work, q.device)
+        for t0 in range(lo, hi, self.chunk):
+            t1 = min(hi, t0 + self.chunk)
+            kpos = torch.arange(t0, t1, device=q.device)
             # a tile every row of the block sees entirely needs no mask (most tiles of a causal pass)
             whole = t1 - 1 <= first and (window is None or t0 >= last - window + 1)
-            visible = None if whole else mask.visible(pos[:, None], kpos[None, :])
-            s = (qs @ k[:, :, t0:t1].to(work).transpose(-1, -2)).reshape(b, h, r, t1 - t0)
-            acc.update(s, visible, kpos, pos, spans, core)
-        acc.finish(out, sel)
-    n_visible = torch.minimum(positions + 1, torch.full_like(positions, window)) if window else positions + 1
-    log_n = torch.log(n_visible.to(work))
-    norm = torch.where(
+            visible = None if whole else self.mask.visible(pos[:, None], kpos[None, :])
+            s = (qs @ k[:, :, t0:t1].to(self.work).transpose(-1, -2)).reshape(b, h, r, t1 - t0)
+            acc.update(s, visible, kpos, pos, self.spans, self.core)
+        return acc
+
+
+def _normalised(entropy: Tensor, n_visible: Tensor) -> Tensor:
+    """``entropy / log(n_visible)``, and 0 where a row sees a single key."""
+    log_n = torch.log(n_visible.to(entropy.dtype))
+    return torch.where(
         n_visible > 1,
-        out["entropy"] / torch.where(n_visible > 1, log_n, torch.ones_like(log_n)),
-        torch.zeros_like(out["entropy"]),
+        entropy / torch.where(n_visible > 1, log_n, torch.ones_like(log_n)),
+        torch.zeros_like(entropy),
     )
-    return AttentionStats(positions=positions, norm_entropy=norm, visible=n_visible, **out)
