@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 BUDGET = 16 * 2**30
 KINDS = ("sdpa", "stats", "stats+top16")
@@ -33,7 +29,7 @@ MODEL = dict(hidden_size=128, layers=4, heads=2, kv_heads=2, head_dim=64, vocab_
 
 
 def _model_dir() -> Path:
-    from headprobe.toy_hf import build_toy_hf_model
+    from headprobe.testing import build_toy_hf_model
 
     folder = Path(tempfile.gettempdir()) / "headprobe-bench-llama"
     if not (folder / "config.json").is_file():

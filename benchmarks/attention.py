@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CASES = {
     "toy sliding (4x32/32, W=64)": dict(heads=4, qk=32, v=32, window=64),

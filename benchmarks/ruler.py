@@ -12,30 +12,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def bpe_tokenizer(folder: Path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     from headprobe.model.tokenizer import load_tokenizer
+    from headprobe.testing import build_toy_bpe
     from headprobe.text.corpus import document
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=8192, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator((document(0, i)[1] for i in range(3000)), trainer)
-    tok.save(str(folder / "tokenizer.json"))
-    return load_tokenizer(folder / "tokenizer.json")
+    texts = (document(0, i)[1] for i in range(3000))
+    return load_tokenizer(build_toy_bpe(folder / "tokenizer.json", 8192, ("<s>", "</s>"), texts))
 
 
 def naive_fit(draft, budget, counter, what):
@@ -57,8 +45,8 @@ def naive_fit(draft, budget, counter, what):
 
 
 def time_generation(tokenizer, length: int, naive: bool) -> float:
-    import headprobe.ruler.generate as gen_mod
-    from headprobe.ruler import TASKS, RulerGenerator
+    import headprobe.evals.ruler.generate as gen_mod
+    from headprobe.evals.ruler import TASKS, RulerGenerator
 
     real = gen_mod.fit
     gen_mod.fit = naive_fit if naive else real
@@ -108,10 +96,10 @@ def main() -> None:
 
     import torch
 
+    from headprobe.evals.ruler.evaluate import RulerSettings, evaluate
     from headprobe.model.checkpoint import save_checkpoint
     from headprobe.model.presets import preset
     from headprobe.model.transformer import Transformer
-    from headprobe.ruler.evaluate import RulerSettings, evaluate
 
     torch.manual_seed(0)
     save_checkpoint(Transformer(preset("toy-d32")), tmp / "toy")
@@ -121,7 +109,7 @@ def main() -> None:
     seconds = {}
     for batch in (1, args.eval_samples):
         t0 = time.perf_counter()
-        evaluate(tmp / "toy", tmp / f"eval-{batch}", settings, progress=False, batch_size=batch)
+        evaluate(tmp / "toy", tmp / f"eval-{batch}", settings, batch_size=batch)
         seconds[batch] = time.perf_counter() - t0
         print(f"batch {batch}: {seconds[batch]:.1f} s", flush=True)
     same = all(

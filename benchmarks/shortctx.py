@@ -24,11 +24,11 @@ def main() -> None:
     import torch
     from _report import machine, today, write_section
 
+    from headprobe.evals.shortctx import builtin_items, evaluate_items
     from headprobe.model.presets import preset
     from headprobe.model.tokenizer import ByteTokenizer
     from headprobe.model.transformer import Transformer
     from headprobe.probe import HeadprobeModel
-    from headprobe.shortctx import builtin_items, evaluate_items
 
     torch.manual_seed(0)
     model = HeadprobeModel(Transformer(preset(args.preset)), ByteTokenizer(), args.preset)

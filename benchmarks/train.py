@@ -18,13 +18,9 @@ import argparse
 import json
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SEQ_LEN, BATCH = 512, 16
 

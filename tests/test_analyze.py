@@ -7,18 +7,20 @@ import json
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny_config
-from test_metrics import dense_entropy_per_head
+from reference import dense_entropy_per_head
 from typer.testing import CliRunner
 
-import headprobe.analyze as analyze_mod
-from headprobe.analyze import AnalyzeSettings, analyze, read_meta
+import headprobe.analysis.items as items_mod
+from headprobe.analysis import AnalyzeSettings, analyze, statistic
 from headprobe.cli import app
+from headprobe.metrics import Rows
 from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.probe import load_model
+from headprobe.results import read_meta, read_table
+from headprobe.testing import build_toy_hf_model, tiny_config
 from headprobe.text.haystack import text_inputs
-from headprobe.toy_hf import build_toy_hf_model
 
 runner = CliRunner()
 
@@ -40,11 +42,12 @@ def settings(**kw) -> AnalyzeSettings:
 
 def test_results_and_summary(tmp_path, checkpoints):
     ours, hf = checkpoints
-    result = analyze([ours, hf], tmp_path, settings(), progress=False)
-    assert set(result["checkpoints"]) == {"tiny", "qwen2"} and not result["errors"]
+    result = analyze([ours, hf], tmp_path, settings())
+    assert set(result.results) == {"tiny", "qwen2"} and not result.errors
     folder = tmp_path / "tiny"
-    entropy = pd.read_parquet(folder / "entropy.parquet")
-    assert {"layer", "head", "layer_type", "value", "norm_value", "length", "sample"} <= set(entropy.columns)
+    entropy = read_table(folder / "entropy.parquet").frame
+    assert {"model", "layer", "head", "layer_type", "value", "norm_value", "length", "sample"} <= set(entropy.columns)
+    assert set(entropy.model) == {"tiny"}
     assert len(entropy) == 2 * 2 * 14  # lengths x samples x heads
     net, _ = load_checkpoint(ours)
     for length in (256, 320):
@@ -54,46 +57,52 @@ def test_results_and_summary(tmp_path, checkpoints):
             part = entropy[(entropy["length"] == length) & (entropy["sample"] == sample)]
             for r in part.itertuples():
                 assert r.value == pytest.approx(float(want[r.layer][r.head]), abs=1e-5)
-    summary = json.loads((folder / "summary.json").read_text())
-    assert summary["settings"]["lengths"] == [256, 320] and "torch" in summary["versions"] and summary["command"]
-    retrieval = pd.read_parquet(folder / "retrieval.parquet")
+    summary = read_table(folder / "analysis_summary.parquet")
+    meta = summary.meta
+    assert meta.settings["lengths"] == [256, 320] and "torch" in meta.versions and meta.command and meta.model == "tiny"
+    summary = summary.frame
+    pd.testing.assert_frame_equal(summary, result.results["tiny"])
+    retrieval = read_table(folder / "retrieval.parquet").frame
     for length, part in retrieval.groupby("length"):
         counted = int((part["value"] >= 0.1).sum())
-        assert summary["metrics"]["retrieval"][str(length)]["retrieval_heads"]["all"]["count"] == counted
-    erank = pd.read_parquet(folder / "erank.parquet")
+        assert statistic(summary, "retrieval", length, "retrieval_heads") == counted
+    erank = read_table(folder / "erank.parquet").frame
     assert erank[erank["length"] == 320]["layer"].tolist() == [-1, 0, 1, 2, 3]
-    per_layer = summary["metrics"]["erank"]["320"]["per_layer"]
-    assert per_layer["0"] == pytest.approx(
+    layer0 = summary[(summary.metric == "erank") & (summary.length == 320) & (summary.layer == 0)]
+    assert float(layer0[layer0.statistic == "erank"]["value"].iloc[0]) == pytest.approx(
         float(erank[(erank["length"] == 320) & (erank["layer"] == 0)]["value"].iloc[0])
     )
     mean = entropy[entropy["length"] == 320].groupby("layer_type")["value"].mean()
-    assert summary["metrics"]["entropy"]["320"]["by_layer_type"]["full"] == pytest.approx(mean["full"])
-    assert read_meta(folder / "entropy.parquet")["samples"] == 2  # the settings travel with the table
-    assert len(pd.read_parquet(folder / "retrieval_samples.parquet")) == 4
-    assert json.loads((tmp_path / "summary.json").read_text())["checkpoints"]["qwen2"]["name"] == "qwen2"
+    assert statistic(summary, "entropy", 320, "mean", "full") == pytest.approx(mean["full"])
+    assert read_meta(folder / "entropy.parquet").settings["samples"] == 2  # the settings travel with the table
+    assert len(read_table(folder / "retrieval_samples.parquet").frame) == 4
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["job"] == "analyze" and run["checkpoints"]["qwen2"] == str(hf) and run["errors"] == {}
+    both = result.table("entropy")  # one table over every model of the run
+    assert set(both.model) == {"tiny", "qwen2"} and len(both) == len(entropy) + 2 * 2 * 4 * 4
 
 
 def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoints, monkeypatch):
     ours, _ = checkpoints
-    analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]), progress=False)
+    analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]))
     before = pd.read_parquet(tmp_path / "tiny" / "entropy.parquet")
 
     def boom(*args, **kwargs):
         raise AssertionError("finished work was redone")
 
-    monkeypatch.setattr(analyze_mod, "_attention_items", boom)
-    monkeypatch.setattr(analyze_mod, "score_prompts", boom)
-    analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]), progress=False)
+    monkeypatch.setattr(items_mod, "text_items", boom)
+    monkeypatch.setattr(items_mod, "decode_items", boom)
+    analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]))
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
     with pytest.raises(AssertionError, match="redone"):  # other settings: the items are computed again
-        analyze([ours], tmp_path, settings(metrics=["entropy"], rows="last:8"), progress=False)
+        analyze([ours], tmp_path, settings(metrics=["entropy"], rows="last:8"))
     with pytest.raises(AssertionError, match="redone"):  # another dtype gives other numbers: recomputed
-        analyze([ours], tmp_path, settings(metrics=["entropy"], dtype="float64"), progress=False)
+        analyze([ours], tmp_path, settings(metrics=["entropy"], dtype="float64"))
 
 
 def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch):
     ours, _ = checkpoints
-    real = analyze_mod.score_prompts
+    real = items_mod.decode_items
     calls = []
 
     def interrupt(*args, **kwargs):
@@ -102,9 +111,9 @@ def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(analyze_mod, "score_prompts", interrupt)
+    monkeypatch.setattr(items_mod, "decode_items", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]), progress=False)
+        analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]))
     parts = sorted(p.name for p in (tmp_path / "tiny" / "parts").iterdir())
     assert parts == [
         "entropy-256.parquet",
@@ -113,8 +122,8 @@ def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch
         "retrieval_samples-256.parquet",
     ]
     assert not (tmp_path / "tiny" / "retrieval.parquet").exists()  # no half-assembled tables
-    monkeypatch.setattr(analyze_mod, "score_prompts", real)
-    analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]), progress=False)
+    monkeypatch.setattr(items_mod, "decode_items", real)
+    analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]))
     assert set(pd.read_parquet(tmp_path / "tiny" / "retrieval.parquet")["length"]) == {256, 320}
 
 
@@ -184,6 +193,7 @@ def test_memory_estimate_refuses_with_a_hint(tmp_path, checkpoints):
     assert res.exit_code == 1
     assert "needs about" in res.output and "GiB" in res.output and "--rows" in res.output
     assert not (tmp_path / "m").exists()
-    small = analyze_mod.estimate_memory(analyze_mod.load_model(ours), 4096, settings(rows="last:64"))
-    big = analyze_mod.estimate_memory(analyze_mod.load_model(ours), 4096, settings())
-    assert small.statistics < big.statistics
+    model = load_model(ours)
+    small = model.memory(4096, rows=Rows.parse("last:64").count(4096), topk=16)
+    big = model.memory(4096, rows=4096, topk=16)
+    assert small.statistics < big.statistics and small.activations == big.activations

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import loop_attention
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import loop_attention
 
 from headprobe.model import attention as attn_mod
 from headprobe.model.attention import AttentionBackendError, FlexBackend, attention, select_backend

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import loop_attention, tiny_config
-from test_rope import complex_rope
+from reference import complex_rope, loop_attention
 
 from headprobe.model.attention import AttentionBackendError, attention
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
 from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 
 
 def test_key_padding_equals_each_row_alone():

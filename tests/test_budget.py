@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-from conftest import tiny_config
 from torch.utils.flop_counter import FlopCounterMode
 
 from headprobe.model.budget import budget, mean_visible_keys
 from headprobe.model.config import AttentionConfig
 from headprobe.model.presets import list_presets, preset
 from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 
 
 @pytest.mark.parametrize("name", list_presets())

@@ -2,14 +2,13 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
-from test_tokenizer import build_bpe
 
 import headprobe.model.checkpoint as ckpt_mod
 from headprobe.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.testing import build_toy_bpe, tiny_config
 
 
 def test_round_trip_byte_tokenizer(tmp_path):
@@ -26,7 +25,7 @@ def test_round_trip_byte_tokenizer(tmp_path):
 
 
 def test_round_trip_untied_bf16_with_bpe_tokenizer(tmp_path):
-    tok = load_tokenizer(build_bpe(tmp_path / "bpe.json"))
+    tok = load_tokenizer(build_toy_bpe(tmp_path / "bpe.json"))
     model = Transformer(tiny_config(vocab_size=tok.vocab_size, tie_embeddings=False)).to(torch.bfloat16)
     save_checkpoint(model, tmp_path / "ck", tok)
     loaded, tok2 = load_checkpoint(tmp_path / "ck")

@@ -2,11 +2,11 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
 
 from headprobe.model.config import AttentionConfig, ConfigError, ModelConfig
 from headprobe.model.presets import list_presets, preset
 from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 
 
 def meta_params(name: str) -> int:

@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
-from test_tokenizer import build_bpe
 
 from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
+from headprobe.testing import build_toy_bpe
 from headprobe.text import corpus as corpus
 from trainer.data import DataError, PackedSequences, Sampler, TokenData, collate, prepare, shard_dtype, synth
 
@@ -46,7 +46,7 @@ def test_shards_round_trip_to_the_original_text(tmp_path):
 
 
 def test_bpe_round_trip_and_cross_shard_reads(tmp_path):
-    tok = load_tokenizer(build_bpe(tmp_path / "tok.json"))
+    tok = load_tokenizer(build_toy_bpe(tmp_path / "tok.json"))
     sources = write_sources(tmp_path)
     prepare(sources, tok, tmp_path / "data", shard_tokens=5)
     data = TokenData(tmp_path / "data")

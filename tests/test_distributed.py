@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
 from safetensors.torch import load_file
 
+from headprobe.testing import tiny_config
 from trainer.train import TrainConfig, train
 from trainer.train_state import export_step
 

@@ -9,25 +9,26 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from reference import dense_entropy_per_head, dense_probs, entropy_of
 
 from headprobe.metrics import (
     attention_entropy,
     effective_rank,
     head_statistics,
     kendall_reordering,
-    parse_rows,
     residual_effective_rank,
     retrieval_heads,
     retrieval_scores,
     rouge1_recall,
 )
+from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.stats import attention_stats
+from headprobe.testing import tiny_config
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NEEDLES, needle_prompt
 
@@ -88,25 +89,6 @@ def test_reordering_extremes_from_attention():
         assert torch.allclose(got, torch.full_like(got, want))
 
 
-def dense_entropy_per_head(model: Transformer, ids: torch.Tensor) -> dict[int, torch.Tensor]:
-    """Mean entropy per head from dense float64 probabilities built from the cached post-RoPE q/k."""
-    _, cache = model.run_with_cache(ids)
-    out = {}
-    for layer in range(model.cfg.n_layers):
-        att = model.cfg.attention(layer)
-        q = cache[f"blocks.{layer}.attn.hook_rot_q"].transpose(1, 2).double()
-        k = cache[f"blocks.{layer}.attn.hook_rot_k"].transpose(1, 2).double().repeat_interleave(
-            att.n_heads // att.kv_heads, 1)  # fmt: skip
-        n = q.shape[2]
-        s = q @ k.transpose(-1, -2) * att.qk_head_dim**-0.5
-        i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
-        ok = (j <= i) & ((i - j < att.window) if att.window else True)
-        p = torch.softmax(s.masked_fill(~ok, -math.inf), -1)
-        ent = -(torch.where(p > 0, p * p.log(), torch.zeros_like(p))).sum(-1)  # [b, h, n]
-        out[layer] = ent.mean((0, 2))
-    return out
-
-
 def test_attention_entropy_matches_dense_probabilities():
     torch.manual_seed(0)
     net = Transformer(tiny_config(vocab_size=264))
@@ -128,24 +110,25 @@ def test_rows_restrict_the_average():
     net = Transformer(tiny_config(vocab_size=264))
     model = HeadprobeModel(net, ByteTokenizer(), "tiny")
     ids = torch.randint(0, 256, (1, 30))
-    last = attention_entropy(model, ids, rows=parse_rows("last:1", 30))
+    last = attention_entropy(model, ids, rows=Rows.parse("last:1").indices(30))
     _, cache = net.run_with_cache(ids)
     q = cache["blocks.3.attn.hook_rot_q"].transpose(1, 2)[:, :, -1:]
     k = cache["blocks.3.attn.hook_rot_k"].transpose(1, 2)
-    p = torch.softmax((q @ k.transpose(-1, -2)).double() * 16**-0.5, -1)
-    want = -(p * p.log()).sum(-1)[0, :, 0]
+    want = entropy_of(dense_probs(q, k, None, 16**-0.5))[0, :, 0]
     got = last[last.layer == 3].sort_values("head")["value"].to_numpy()
     assert np.allclose(got, want.numpy(), atol=1e-5)
 
 
-def test_parse_rows():
-    assert parse_rows("all", 10) is None and parse_rows(None, 10) is None
-    assert parse_rows("last:3", 10).tolist() == [7, 8, 9]
-    assert parse_rows("stride:4", 10).tolist() == [1, 5, 9]
-    assert parse_rows("last:50", 10).tolist() == list(range(10))
+def test_rows():
+    assert Rows.parse("all").indices(10) is None and Rows.parse(None).indices(10) is None
+    assert Rows.parse("last:3").indices(10).tolist() == [7, 8, 9]
+    assert Rows.parse("stride:4").indices(10).tolist() == [1, 5, 9]
+    assert Rows.parse("last:50").indices(10).tolist() == list(range(10))
+    assert [Rows.parse(x).count(10) for x in ("all", "last:3", "stride:4", "last:50")] == [10, 3, 3, 10]
+    assert str(Rows.parse("stride:4")) == "stride:4" and Rows.parse(Rows.parse("last:2")) == Rows.parse("last:2")
     for bad in ("first:3", "last:", "stride:0", "last:-2", "everything"):
-        with pytest.raises(ValueError, match="--rows"):
-            parse_rows(bad, 10)
+        with pytest.raises(ValueError, match="rows"):
+            Rows.parse(bad)
 
 
 def test_residual_effective_rank_pools_positions_like_a_direct_computation():
@@ -179,8 +162,12 @@ def test_needle_prompt_places_the_answer():
         assert tok.decode(p.ids).endswith("Question: " + NEEDLES[1].question + "\nAnswer:")
     starts = [needle_prompt(tok, NEEDLES[0], 800, d).answer_start for d in (0.0, 50.0, 100.0)]
     assert starts[0] < 100 < starts[1] < starts[2] and starts[2] > 600
+    started = needle_prompt(tok, NEEDLES[1], 600, 50.0, start=[256])  # a model whose prompts start with a BOS
+    assert started.length == 600 and started.ids[0] == 256 and 256 not in started.ids[1:]
+    assert tok.decode(started.ids[started.answer_start : started.answer_end]) == NEEDLES[1].answer
     ids = text_inputs(tok, 300, 2)
-    assert ids.shape == (2, 300) and not torch.equal(ids[0], ids[1]) and ids[0, 0] == tok.bos_id
+    assert ids.shape == (2, 300) and not torch.equal(ids[0], ids[1]) and 256 not in ids  # no start: text only
+    assert text_inputs(tok, 300, 1, start=[256, 257])[0, :3].tolist()[:2] == [256, 257]
 
 
 class CopyModel(ProbedModel):
@@ -192,6 +179,7 @@ class CopyModel(ProbedModel):
 
     def __init__(self, fail_depths=()):
         self.name, self.tokenizer, self.device = "copy", ByteTokenizer(), torch.device("cpu")
+        self.prompt_start = []
         self.layers = [
             LayerInfo(0, LayerType.SLIDING, 2, 2, 2048, 2048, 8),
             LayerInfo(1, LayerType.FULL, 2, 2, 2048, 2048, None),
@@ -230,16 +218,17 @@ def _answer_span(ids):
     for needle in NEEDLES:
         at = text.find(needle.answer)
         if at >= 0 and needle.question in text:
-            return at + 1, at + 1 + len(needle.answer)  # +1: the BOS token precedes the text
+            return at, at + len(needle.answer)  # byte-level: one token per character, no start token
     raise AssertionError("no needle in prompt")
 
 
 def test_retrieval_score_of_a_head_that_provably_copies():
-    frame = retrieval_scores(CopyModel(), needles=NEEDLES[:2], lengths=[400, 700], depths=[20.0, 60.0])
+    scores = retrieval_scores(CopyModel(), needles=NEEDLES[:2], lengths=[400, 700], depths=[20.0, 60.0])
+    frame = scores.heads
     by_head = {(r.layer, r.head): r.value for r in frame.itertuples()}
     assert by_head[(1, 0)] == pytest.approx(1.0)
     assert by_head[(1, 1)] == 0.0 and by_head[(0, 0)] == 0.0 and by_head[(0, 1)] == 0.0
-    samples = frame.attrs["samples"]
+    samples = scores.samples
     assert len(samples) == 8 and samples.kept.all() and (frame.n_kept == 8).all()
     heads = retrieval_heads(frame).set_index("layer_type")
     assert heads.loc["all", "retrieval_heads"] == 1 and heads.loc["full", "fraction"] == 0.5
@@ -247,10 +236,10 @@ def test_retrieval_score_of_a_head_that_provably_copies():
 
 
 def test_failed_samples_are_excluded_not_counted_as_zero():
-    frame = retrieval_scores(CopyModel(fail_depths=[60.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0, 60.0])
-    samples = frame.attrs["samples"]
+    scores = retrieval_scores(CopyModel(fail_depths=[60.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0, 60.0])
+    frame, samples = scores.heads, scores.samples
     assert samples.kept.tolist() == [True, False]
     row = frame[(frame["layer"] == 1) & (frame["head"] == 0)].iloc[0]
     assert row.value == pytest.approx(1.0) and row.n_kept == 1 and row.n_samples == 2
-    none = retrieval_scores(CopyModel(fail_depths=[20.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0])
+    none = retrieval_scores(CopyModel(fail_depths=[20.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0]).heads
     assert none.value.isna().all() and (none.n_kept == 0).all()

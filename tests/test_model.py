@@ -6,58 +6,14 @@ import copy
 
 import pytest
 import torch
-from conftest import tiny_config
-from test_rope import complex_rope
+from reference import complex_rope, dense_forward
 
 from headprobe.model.config import AttentionConfig
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.presets import list_presets, preset
 from headprobe.model.seam import AttentionCall
 from headprobe.model.transformer import Transformer
-
-
-def dense_forward(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
-    """The architecture written out densely in float64 from the weights, with its own masks and RoPE."""
-    cfg = model.cfg
-    w = {k: v.double() for k, v in model.state_dict().items()}
-    b, n = ids.shape
-    pos = torch.arange(n, dtype=torch.float64)
-
-    def rms(x, weight):
-        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + cfg.norm_eps) * weight
-
-    x = w["embed.weight"][ids]
-    for layer in range(cfg.n_layers):
-        att = cfg.full if (layer + 1) % cfg.full_every == 0 else cfg.swa
-        p = f"blocks.{layer}."
-        h = rms(x, w[p + "ln1.weight"])
-        q = (h @ w[p + "attn.q_proj.weight"].T).view(b, n, att.n_heads, att.qk_head_dim)
-        k = (h @ w[p + "attn.k_proj.weight"].T).view(b, n, att.kv_heads, att.qk_head_dim)
-        v = (h @ w[p + "attn.v_proj.weight"].T).view(b, n, att.kv_heads, att.v_head_dim)
-        if att.rope_dim:
-            q, k = (
-                complex_rope(q, pos, att.rope_dim, att.rope_theta),
-                complex_rope(k, pos, att.rope_dim, att.rope_theta),
-            )
-        group = att.n_heads // att.kv_heads
-        i = torch.arange(n)[:, None]
-        j = torch.arange(n)[None, :]
-        allowed = j <= i
-        if att.window is not None:
-            allowed = allowed & (j > i - att.window)
-        heads = []
-        for hd in range(att.n_heads):
-            s = q[:, :, hd] @ k[:, :, hd // group].transpose(1, 2) / att.qk_head_dim**0.5
-            s = s.masked_fill(~allowed, float("-inf"))
-            heads.append(torch.softmax(s, -1) @ v[:, :, hd // group])
-        z = torch.cat(heads, -1)
-        x = x + z @ w[p + "attn.o_proj.weight"].T
-        h = rms(x, w[p + "ln2.weight"])
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        x = x + ((gate * torch.sigmoid(gate)) * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    x = rms(x, w["ln_final.weight"])
-    head = w["embed.weight"] if cfg.tie_embeddings else w["lm_head.weight"]
-    return x @ head.T
+from headprobe.testing import tiny_config
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,9 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_config
 
 from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 from trainer.optim import Schedule, build_optimizer
 
 

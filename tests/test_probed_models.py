@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
 
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe import HeadprobeModel, HFModel, ModelLoadError, load_model
 from headprobe.stats import attention_stats
-from headprobe.toy_hf import ARCHS, build_toy_hf_model
+from headprobe.testing import ARCHS, build_toy_hf_model, tiny_config
 
 
 @pytest.fixture(scope="module")

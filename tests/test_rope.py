@@ -2,19 +2,9 @@
 
 import pytest
 import torch
+from reference import complex_rope
 
 from headprobe.model.rope import Rotary
-
-
-def complex_rope(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, theta: float) -> torch.Tensor:
-    """Pair (a_i, b_i) = (x[i], x[i + r/2]) is the complex number a_i + i b_i, multiplied by
-    exp(i * pos * theta^(-2i/r)); dims >= r are untouched. x: [batch, seq, heads, dim] float64."""
-    half = rope_dim // 2
-    z = torch.complex(x[..., :half], x[..., half:rope_dim])
-    freqs = theta ** (-2 * torch.arange(half, dtype=torch.float64) / rope_dim)
-    phase = torch.polar(torch.ones(len(positions), half, dtype=torch.float64), positions[:, None] * freqs)
-    z = z * phase[None, :, None, :]
-    return torch.cat([z.real, z.imag, x[..., rope_dim:]], dim=-1)
 
 
 @pytest.mark.parametrize("rope_dim, dim", [(8, 8), (4, 16), (64, 128), (0, 8)])

@@ -8,20 +8,22 @@ from collections import Counter
 
 import pytest
 import torch
-from test_tokenizer import build_bpe
 from typer.testing import CliRunner
 
-import headprobe.ruler.evaluate as evaluate_mod
-from headprobe.analyze import AnalysisError, AnalyzeSettings, estimate_memory
+import headprobe.evals.ruler.evaluate as evaluate_mod
 from headprobe.cli import app
+from headprobe.evals.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
+from headprobe.evals.ruler import templates as T
+from headprobe.evals.ruler.evaluate import RulerSettings, evaluate
+from headprobe.evals.ruler.qa import load_hotpotqa, load_squad
+from headprobe.evals.ruler.tables import overall, per_length, per_task
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe import HeadprobeModel, ProbedModel
-from headprobe.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
-from headprobe.ruler import templates as T
-from headprobe.ruler.evaluate import RulerSettings, evaluate
-from headprobe.ruler.qa import load_hotpotqa, load_squad
+from headprobe.results import collect, read_table
+from headprobe.runs import DoesNotFit
+from headprobe.testing import build_toy_bpe
 
 # the strings of ruler.md §2, typed here independently of headprobe/ruler/templates.py
 SPEC = {
@@ -88,7 +90,7 @@ def test_task_table():
 
 @pytest.fixture(scope="module")
 def bpe(tmp_path_factory):
-    return load_tokenizer(build_bpe(tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=400))
+    return load_tokenizer(build_toy_bpe(tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=400))
 
 
 @pytest.fixture(scope="module")
@@ -320,6 +322,7 @@ class Oracle(ProbedModel):
 
     def __init__(self, answers: dict[str, list[str]], silent: bool = False) -> None:
         self.name, self.tokenizer, self.layers, self.max_positions = "oracle", ByteTokenizer(), [], None
+        self.prompt_start = []
         self.answers, self.silent = answers, silent
         self.calls, self.batches = 0, []
 
@@ -341,24 +344,27 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     oracle = Oracle(answers)
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: oracle)
     monkeypatch.setattr(evaluate_mod, "decode_batch_size", lambda *a: 2)
-    scores = evaluate("oracle", tmp_path, settings, progress=False)
-    assert scores["tasks"] == {t: {"2048": 100.0, "4096": 100.0} for t in settings.tasks}
-    assert scores["per_length_mean"] == {"2048": 100.0, "4096": 100.0} and scores["ruler_style_score"] == 100.0
-    assert scores["label"] == "RULER-style" and oracle.calls == 12
+    scores = evaluate("oracle", tmp_path, settings)
+    assert per_task(scores) == {t: {2048: 100.0, 4096: 100.0} for t in settings.tasks}
+    assert per_length(scores) == {2048: 100.0, 4096: 100.0} and overall(scores) == 100.0
+    assert oracle.calls == 12
     assert oracle.batches == [2] * 6  # the two samples of each task x length together
-    evaluate("oracle", tmp_path, settings, progress=False)  # everything predicted already
+    evaluate("oracle", tmp_path, settings)  # everything predicted already
     assert oracle.calls == 12
     silent = Oracle(answers, silent=True)
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: silent)
-    zero = evaluate("oracle", tmp_path / "silent", settings, progress=False)
-    assert zero["ruler_style_score"] == 0.0
-    saved = json.loads((tmp_path / "scores.json").read_text())
-    assert saved["samples"]["vt"] == {"2048": 2, "4096": 2} and saved["settings"]["lengths"] == [2048, 4096]
+    zero = evaluate("oracle", tmp_path / "silent", settings)
+    assert overall(zero) == 0.0 and set(zero[zero.scope == "task"]["score"]) == {0.0}
+    saved = read_table(tmp_path / "ruler_scores.parquet")
+    vt = saved.frame[(saved.frame.scope == "task") & (saved.frame.task == "vt")]
+    assert vt["n"].tolist() == [2, 2] and saved.meta.settings["lengths"] == [2048, 4096]
+    samples = read_table(tmp_path / "ruler_samples.parquet").frame  # one row per task x length x sample
+    assert len(samples) == 12 and set(samples.score) == {100.0} and samples.outputs.map(len).min() >= 1
     other = RulerSettings(
         tasks=settings.tasks, lengths=settings.lengths, samples=2, seed=7, wrapper="[{task_template}]"
     )
     with pytest.raises(RulerError, match=r"other settings \(seed, wrapper differ\)"):
-        evaluate("oracle", tmp_path, other, progress=False)  # would mix two runs' predictions
+        evaluate("oracle", tmp_path, other)  # would mix two runs' predictions
 
 
 def test_batched_eval_predicts_what_one_at_a_time_does(tmp_path, monkeypatch):
@@ -390,14 +396,14 @@ def test_batch_size_is_bounded_by_memory():
     want = sum(4 * a.kv_heads * (a.qk_head_dim + a.v_head_dim) * 4224 for a in full)
     want += sum(4 * a.kv_heads * (a.qk_head_dim + a.v_head_dim) * a.window for a in sliding)
     assert per == want
-    est = estimate_memory(model, 4096, AnalyzeSettings(metrics=["entropy"], rows="last:1")).total
+    est = model.memory(4096).total
     assert evaluate_mod.decode_batch_size(model, 4096, 64 * 2**30) == evaluate_mod.MAX_BATCH
     limit = int((est + 10.5 * per) / 0.9)  # half of what a prefill leaves: 5.25 caches
     assert evaluate_mod.decode_batch_size(model, 4096, limit) == 5
     assert evaluate_mod.decode_batch_size(model, 4096, limit, requested=4) == 4
-    with pytest.raises(AnalysisError, match="--batch-size"):
+    with pytest.raises(DoesNotFit, match="`batch_size`"):
         evaluate_mod.decode_batch_size(model, 4096, limit, requested=6)
-    with pytest.raises(AnalysisError, match="shorter --lengths"):
+    with pytest.raises(DoesNotFit, match="shorter `lengths`"):
         evaluate_mod.decode_batch_size(model, 4096, int((est + 0.5 * per) / 0.9))
 
 
@@ -428,9 +434,10 @@ def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
 def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     from transformers import AutoTokenizer
 
-    from headprobe.model.tokenizer import HFTokenizer, with_prompt_start
-    from headprobe.ruler.templates import resolve_wrapper
-    from headprobe.toy_hf import build_toy_hf_model
+    from headprobe.evals.ruler.templates import resolve_wrapper
+    from headprobe.model.tokenizer import HFTokenizer
+    from headprobe.probe.base import with_prompt_start
+    from headprobe.testing import build_toy_hf_model
 
     folder = build_toy_hf_model("llama", tmp_path / "m", layers=2)
     with pytest.raises(ValueError, match="no chat_template"):
@@ -445,8 +452,9 @@ def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     assert wrapper == "<s><|user|>\n{task_template}<|end|>\n<|assistant|>\n"
     hf_tok = HFTokenizer(folder)
     ids = hf_tok.encode(wrapper.split("{task_template}")[0] + "hello")
-    assert ids[0] == hf_tok.bos_id and with_prompt_start(hf_tok, ids) == ids
-    assert with_prompt_start(hf_tok, ids[1:]) == ids
+    start = list(hf_tok.default_prefix)  # the toy llama tokenizer, like Llama's, adds a BOS by default
+    assert start == [hf_tok.bos_id] and ids[0] == hf_tok.bos_id and with_prompt_start(start, ids) == ids
+    assert with_prompt_start(start, ids[1:]) == ids
     with pytest.raises(ValueError, match="exactly once"):
         resolve_wrapper("<|user|>{task_template}{task_template}")
     with pytest.raises(ValueError, match=r"tokenizer_config\.json"):
@@ -475,16 +483,15 @@ def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):
 
     monkeypatch.setattr(evaluate_mod, "load_model", fake_load)
     with pytest.raises(RulerError, match="stop here"):
-        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], lengths=[2048], samples=1, dtype="bf16"), progress=False)
+        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], lengths=[2048], samples=1, dtype="bf16"))
     assert seen["dtype"] is torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
-        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], dtype="int8"), progress=False)
+        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], dtype="int8"))
 
 
 def test_eval_several_checkpoints_isolates_failures(tmp_path):
-    from conftest import tiny_config
-
     from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.testing import tiny_config
 
     for name in ("a", "b"):
         torch.manual_seed(ord(name))
@@ -493,12 +500,14 @@ def test_eval_several_checkpoints_isolates_failures(tmp_path):
     opts = ["--tasks", "vt,qa_1", "--lengths", "1024", "--samples", "2", "--out", str(tmp_path / "r"), "--no-progress"]
     res = CliRunner().invoke(app, [*args, *opts], env={"COLUMNS": "300"})
     assert res.exit_code == 1 and "missing" in res.output and "does not exist" in res.output
-    comparison = json.loads((tmp_path / "r" / "comparison.json").read_text())
-    assert set(comparison["checkpoints"]) == {"a", "b"} and set(comparison["errors"]) == {"missing"}
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert set(run["checkpoints"]) == {"a", "b", "missing"} and set(run["errors"]) == {"missing"}
+    grid = collect(tmp_path / "r", "ruler_scores")  # the grid in one table
+    assert set(grid.model) == {"a", "b"}
     for name in ("a", "b"):
-        own = json.loads((tmp_path / "r" / name / "scores.json").read_text())
-        assert own["checkpoint"] == str(tmp_path / name) and set(own["tasks"]) == {"vt", "qa_1"}
-        assert comparison["checkpoints"][name]["ruler_style_score"] == own["ruler_style_score"]
+        own = read_table(tmp_path / "r" / name / "ruler_scores.parquet")
+        assert own.meta.checkpoint == str(tmp_path / name) and set(per_task(own.frame)) == {"vt", "qa_1"}
+        assert overall(grid[grid.model == name]) == overall(own.frame)
     assert not (tmp_path / "r" / "missing").exists()
     (tmp_path / "x").mkdir()
     res = CliRunner().invoke(app, ["ruler", "eval", str(tmp_path / "a"), str(tmp_path / "x" / ".." / "a"), *opts])

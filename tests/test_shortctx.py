@@ -10,9 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from headprobe.cli import app
-from headprobe.model.tokenizer import ByteTokenizer
-from headprobe.probe import ProbedModel
-from headprobe.shortctx import (
+from headprobe.evals.shortctx import (
     HeadprobeLM,
     Item,
     ShortCtxError,
@@ -21,6 +19,9 @@ from headprobe.shortctx import (
     load_task,
     loglikelihood,
 )
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.probe import ProbedModel
+from headprobe.results import read_table
 
 
 class BigramModel(ProbedModel):
@@ -29,6 +30,7 @@ class BigramModel(ProbedModel):
 
     def __init__(self) -> None:
         self.name, self.tokenizer, self.layers, self.max_positions = "bigram", ByteTokenizer(), [], None
+        self.prompt_start = []
         self.device = torch.device("cpu")
         g = torch.Generator().manual_seed(0)
         self.table = torch.randn(264, 264, generator=g, dtype=torch.float64)
@@ -179,7 +181,7 @@ def test_loader_errors(tmp_path):
         load_task("arc", tmp_path / "none.jsonl")
     with pytest.raises(ShortCtxError, match="lacks the field"):
         load_task("hellaswag", write(tmp_path / "x.jsonl", [{"context": "a", "choices": ["b"], "label": 0}]))
-    with pytest.raises(ShortCtxError, match="unknown task"):
+    with pytest.raises(ShortCtxError, match="unknown `task` .mmlu."):
         load_task("mmlu", tmp_path / "x.jsonl")
     with pytest.raises(ShortCtxError, match="not an index"):
         load_task("jsonl", write(tmp_path / "y.jsonl", [{"context": "a", "choices": ["b"], "label": 3}]))
@@ -219,6 +221,7 @@ class Echo(ProbedModel):
 
     def __init__(self) -> None:
         self.name, self.tokenizer, self.layers, self.max_positions = "echo", ByteTokenizer(), [], None
+        self.prompt_start = []
         self.device = torch.device("cpu")
         self.batches: list[int] = []
 
@@ -246,40 +249,40 @@ def test_generate_until_cuts_at_stop_strings_and_batches_by_budget():
 
 
 def test_shortctx_cli(tmp_path):
-    from conftest import tiny_config
-
     from headprobe.model.checkpoint import save_checkpoint
     from headprobe.model.transformer import Transformer
+    from headprobe.testing import tiny_config
 
     save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ck")
     runner = CliRunner()
-    res = runner.invoke(
-        app, ["shortctx", "eval", str(tmp_path / "ck"), "--limit", "6", "--out", str(tmp_path / "r.json")]
-    )
+    res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--limit", "6", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
-    saved = json.loads((tmp_path / "r.json").read_text())
-    assert saved["n"] == 6 and 0 <= saved["acc"] <= 1
+    scores = read_table(tmp_path / "r" / "shortctx_scores.parquet").frame.set_index("metric")
+    items = read_table(tmp_path / "r" / "shortctx_items.parquet").frame
+    assert scores.loc["acc", "n"] == 6 and len(items) == 6 and 0 <= scores.loc["acc", "value"] <= 1
+    assert scores.loc["acc", "value"] == pytest.approx((items.pred == items.label).mean())  # derived from the items
+    assert scores.loc["acc_norm", "value"] == pytest.approx((items.pred_norm == items.label).mean())
     res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--task", "arc"], env={"COLUMNS": "300"})
     assert res.exit_code == 2 and "needs --file" in res.output
 
 
 def test_shortctx_cli_dtype(tmp_path):
-    from conftest import tiny_config
-
     from headprobe.model.checkpoint import save_checkpoint
     from headprobe.model.transformer import Transformer
+    from headprobe.testing import tiny_config
 
     save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ck")
     runner = CliRunner()
     results = {}
     for dtype in ("float32", "float64"):
-        out = tmp_path / f"{dtype}.json"
+        out = tmp_path / dtype
         args = ["shortctx", "eval", str(tmp_path / "ck"), "--limit", "9", "--dtype", dtype, "--out", str(out)]
         res = runner.invoke(app, args)
         assert res.exit_code == 0, res.output
-        results[dtype] = json.loads(out.read_text())
-    assert results["float64"]["dtype"] == "float64"
-    assert results["float64"]["acc"] == results["float32"]["acc"]  # same weights, more precise sums
+        results[dtype] = read_table(out / "shortctx_scores.parquet")
+    assert results["float64"].meta.settings["dtype"] == "float64"
+    acc = {d: r.frame.set_index("metric").loc["acc", "value"] for d, r in results.items()}
+    assert acc["float64"] == acc["float32"]  # same weights, more precise sums
     res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--dtype", "fp8"], env={"COLUMNS": "300"})
     assert res.exit_code == 2 and "unknown dtype 'fp8'" in res.output
 
@@ -287,11 +290,10 @@ def test_shortctx_cli_dtype(tmp_path):
 def test_batched_loglikelihoods_equal_one_at_a_time():
     """Right-padded batches of different lengths score each pair as it scores alone (a real causal
     model in float64), and the batch-size and logit-budget limits are respected."""
-    from conftest import tiny_config
-
+    from headprobe.evals.shortctx import loglikelihoods
     from headprobe.model.transformer import Transformer
     from headprobe.probe import HeadprobeModel
-    from headprobe.shortctx import loglikelihoods
+    from headprobe.testing import tiny_config
 
     torch.manual_seed(0)
     model = HeadprobeModel(Transformer(tiny_config(vocab_size=264)).double(), ByteTokenizer(), "tiny")

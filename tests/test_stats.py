@@ -1,46 +1,12 @@
-"""Streaming attention statistics against a dense float64 implementation written here."""
+"""Streaming attention statistics against the dense float64 implementation in reference.py."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
+from reference import dense_stats
 
 from headprobe.stats import TILE_KERNELS, attention_stats
-
-
-def dense_stats(q, k, window, scale, rows, spans, topk):
-    """Everything from the full probability matrix, in float64, straight from the definitions."""
-    q, k = q.double(), k.double()
-    _, h, lq, _ = q.shape
-    hkv, lk = k.shape[1], k.shape[2]
-    kk = k.repeat_interleave(h // hkv, dim=1)
-    s = (q @ kk.transpose(-1, -2)) * scale  # [b, h, lq, lk]
-    i = torch.arange(lk - lq, lk)[:, None]
-    j = torch.arange(lk)[None, :]
-    vis = (j <= i) & ((i - j < window) if window else torch.ones_like(j, dtype=torch.bool))
-    s = s.masked_fill(~vis, -math.inf)[:, :, rows]
-    p = torch.softmax(s, -1)
-    plogp = torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))
-    pos = (rows + lk - lq).double()
-    n_vis = vis[rows].sum(-1).double()
-    ent = -plogp.sum(-1)
-    return {
-        "lse": torch.logsumexp(s, -1),
-        "entropy": ent,
-        "norm_entropy": torch.where(n_vis > 1, ent / torch.log(n_vis.clamp(min=2)), torch.zeros_like(ent)),
-        "max_prob": p.max(-1).values,
-        "argmax": torch.stack([torch.nonzero(row == row.max())[0, 0] for row in s.reshape(-1, lk)]).reshape(
-            s.shape[:-1]
-        ),
-        "mean_distance": (p * (pos[:, None] - j.double())).sum(-1),
-        "span_mass": torch.stack([p[..., a:z].sum(-1) for a, z in spans], -1)
-        if spans
-        else p[..., :0].sum(-1, keepdim=True)[..., :0],
-        "topk_prob": p.topk(topk, -1).values,
-    }
-
 
 CASES = [
     # (heads, kv_heads, q_len, k_len, dim, window, rows, spans, chunk)

@@ -1,25 +1,8 @@
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
-
-
-def build_bpe(path, vocab_size=300):
-    """A small byte-level BPE tokenizer trained locally (no download)."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    from tokenizers import decoders
-
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>", "<pad>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    text = ["the key for the north door is 4471 and the harbour is quiet"] * 50
-    tok.train_from_iterator(text, trainer)
-    tok.save(str(path))
-    return path
+from headprobe.testing import build_toy_bpe
 
 
 def test_byte_round_trip_and_ids():
@@ -33,7 +16,7 @@ def test_byte_round_trip_and_ids():
 
 
 def test_hf_tokenizer_from_local_file(tmp_path):
-    path = build_bpe(tmp_path / "tokenizer.json")
+    path = build_toy_bpe(tmp_path / "tokenizer.json")
     tok = load_tokenizer(path)
     assert isinstance(tok, HFTokenizer)
     assert tok.eos_id == Tokenizer.from_file(str(path)).token_to_id("<|endoftext|>")

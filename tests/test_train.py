@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
 from safetensors.torch import load_file
 
 from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 from trainer.data import DataError, Sampler, synth
 from trainer.grid import run_grid
 from trainer.sft import SftData, builtin_examples
@@ -279,13 +279,14 @@ def test_activation_checkpointing_changes_memory_not_results(tmp_path, model_con
 
 
 def test_data_from_another_tokenizer_is_refused(tmp_path, model_config):
-    from test_tokenizer import build_bpe
-
     from headprobe.model.tokenizer import load_tokenizer
+    from headprobe.testing import build_toy_bpe
     from trainer.data import prepare
 
     (tmp_path / "doc.txt").write_text("the north door is quiet " * 300)
-    prepare([tmp_path / "doc.txt"], load_tokenizer(build_bpe(tmp_path / "tok.json", vocab_size=260)), tmp_path / "bpe")
+    prepare(
+        [tmp_path / "doc.txt"], load_tokenizer(build_toy_bpe(tmp_path / "tok.json", vocab_size=260)), tmp_path / "bpe"
+    )
     with pytest.raises(DataError, match=r"tokenised with .* but the model uses 'byte'"):
         train(quick(tmp_path / "run", model_config, data=str(tmp_path / "bpe"), tokenizer="byte"))
 

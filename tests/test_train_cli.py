@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import tiny_config
 from typer.testing import CliRunner
 
 from headprobe.cli import app
 from headprobe.model.checkpoint import load_checkpoint
+from headprobe.testing import tiny_config
 from trainer.data import TokenData
 from trainer.mfu import mfu, peak_flops
 

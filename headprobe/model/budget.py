@@ -132,3 +132,67 @@ def budget(cfg: ModelConfig, seq_len: int | None = None, bytes_per_value: int = 
         kv_bytes_per_new_token=kv_new * bytes_per_value,
         kv_cache_bytes=kv_bytes,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory of analysis and evaluation passes (batch 1, no gradients)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak bytes of one pass, by what holds them."""
+
+    weights: int
+    activations: int
+    statistics: int = 0
+    kv_cache: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.activations + self.statistics + self.kv_cache
+
+    def describe(self) -> str:
+        gib = 2**30
+        return (
+            f"{self.total / gib:.2f} GiB (weights {self.weights / gib:.2f}, activations {self.activations / gib:.2f}, "
+            f"statistics {self.statistics / gib:.2f}, KV cache {self.kv_cache / gib:.2f})"
+        )
+
+
+def forward_activation_bytes(layers: Sequence[LayerInfo], d_model: int, d_ff: int, tokens: int) -> int:
+    """Peak activations of a forward pass over ``tokens`` tokens: the residual stream, one layer's
+    q/k/v/o and MLP hidden states in float32, times 2 for temporaries."""
+    widest = max(info.n_heads * info.qk_dim for info in layers)
+    return 2 * 4 * tokens * (3 * d_model + 4 * widest + 3 * d_ff)
+
+
+STATS_TILE_KEYS = 8192  # widest key tile of the streaming statistics (headprobe.stats.engine)
+
+
+def statistics_bytes(layers: Sequence[LayerInfo], rows: int, topk: int) -> int:
+    """The streaming statistics of one layer: a few float32 score tiles of up to 1,024 rows by
+    ``STATS_TILE_KEYS`` keys per head, plus the per-row outputs (10 values and ``2 * topk``)."""
+    heads = max(info.n_heads for info in layers)
+    tiles = 6 * 4 * heads * min(rows, 1024) * STATS_TILE_KEYS
+    return tiles + 8 * heads * rows * (10 + 2 * topk)
+
+
+def pass_memory(
+    layers: Sequence[LayerInfo],
+    weights: int,
+    d_model: int,
+    d_ff: int,
+    tokens: int,
+    *,
+    rows: int = 0,
+    topk: int = 0,
+    cached_tokens: int = 0,
+    bytes_per_value: int = 4,
+) -> MemoryEstimate:
+    """Peak memory of one pass over ``tokens`` tokens: ``weights`` bytes, activations, the streaming
+    statistics of ``rows`` rows (0 = none) and, when decoding, the KV cache after ``cached_tokens``."""
+    return MemoryEstimate(
+        weights=weights,
+        activations=forward_activation_bytes(layers, d_model, d_ff, tokens),
+        statistics=statistics_bytes(layers, rows, topk) if rows else 0,
+        kv_cache=kv_cache_bytes(layers, cached_tokens, bytes_per_value) if cached_tokens else 0,
+    )

@@ -110,26 +110,22 @@ class HFTokenizer:
         """Ids whose text contains a newline (computed once over the vocabulary)."""
         return tuple(i for i in range(self.vocab_size) if "\n" in self.decode([i]))
 
+    @functools.cached_property
+    def default_prefix(self) -> tuple[int, ...]:
+        """The ids the file's post-processor puts before every text by default (e.g. Llama's BOS;
+        nothing for GPT-2 or Qwen style tokenizers): how the model's own training inputs began."""
+        bare = self._tok.encode("a", add_special_tokens=False).ids
+        full = self._tok.encode("a", add_special_tokens=True).ids
+        for at in range(len(full) - len(bare) + 1):
+            if full[at : at + len(bare)] == bare:
+                return tuple(full[:at])
+        return ()
+
     def save(self, path: str | Path) -> None:
         self._tok.save(str(path))
 
     def __repr__(self) -> str:
         return f"HFTokenizer({str(self.path)!r})"
-
-
-def prompt_start(tokenizer: Tokenizer) -> list[int]:
-    """The ids an evaluation prompt starts with: the tokenizer's BOS, or none for the byte-level
-    tokenizer (our byte-level models are trained without one)."""
-    if isinstance(tokenizer, ByteTokenizer) or tokenizer.bos_id is None:
-        return []
-    return [tokenizer.bos_id]
-
-
-def with_prompt_start(tokenizer: Tokenizer, ids: list[int]) -> list[int]:
-    """``ids`` behind :func:`prompt_start`, unless they already begin with it (e.g. a chat template
-    that writes its own BOS), so a prompt never starts with two."""
-    start = prompt_start(tokenizer)
-    return ids if ids[: len(start)] == start else start + ids
 
 
 def load_tokenizer(spec: str | Path) -> ByteTokenizer | HFTokenizer:

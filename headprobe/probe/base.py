@@ -19,13 +19,13 @@ Implementations: :class:`headprobe.probe.ours.HeadprobeModel` (our checkpoints) 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from headprobe.model.budget import kv_cache_bytes
+from headprobe.model.budget import MemoryEstimate, kv_cache_bytes, pass_memory
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall, AttentionProbe
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
@@ -33,17 +33,39 @@ from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 ResidualProbe = Callable[[int, Tensor], None]  # (layer, residual stream [batch, pos, d_model]); layer -1 = embedding
 DecodeProbe = Callable[[int, int, AttentionCall], None]  # (step, produced token, call)
 
-__all__ = ["AttentionProbe", "DecodeProbe", "LayerInfo", "ProbedModel", "ResidualProbe"]
+__all__ = ["AttentionProbe", "DecodeProbe", "LayerInfo", "ProbedModel", "ResidualProbe", "with_prompt_start"]
+
+
+def with_prompt_start(start: Sequence[int], ids: list[int]) -> list[int]:
+    """``ids`` behind ``start``, unless they already begin with it (e.g. a chat template that writes its
+    own BOS), so a prompt never starts twice."""
+    start = list(start)
+    return ids if ids[: len(start)] == start else start + ids
 
 
 class ProbedModel:
-    """Common interface; see the module docstring."""
+    """Common interface; see the module docstring.
+
+    Attributes:
+        prompt_start: the ids every evaluation and analysis input begins with: **the one prompt-start
+            rule** is that a prompt begins as the model's training inputs began. Our checkpoints are
+            trained on packed documents joined by end-of-document tokens, never behind a BOS, so
+            nothing is prepended; a Hugging Face model gets what its tokenizer file adds by default
+            (Llama's or Gemma's BOS, nothing for Qwen): :attr:`HFTokenizer.default_prefix`.
+    """
 
     name: str
     tokenizer: ByteTokenizer | HFTokenizer
     layers: list[LayerInfo]
     max_positions: int | None
     device: torch.device
+    prompt_start: list[int]
+    d_model: int  # residual-stream width
+    d_ff: int  # MLP hidden width
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """``text`` tokenised, behind :attr:`prompt_start` (see :func:`with_prompt_start`)."""
+        return with_prompt_start(self.prompt_start, self.tokenizer.encode(text))
 
     def run(
         self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
@@ -121,7 +143,28 @@ class ProbedModel:
 
     def kv_cache_bytes(self, tokens: int) -> int:
         """Bytes of one sequence's KV cache after ``tokens`` tokens (:func:`headprobe.model.budget.kv_cache_bytes`)."""
-        return kv_cache_bytes(self.layers, tokens, next(iter(self.parameters())).element_size())
+        return kv_cache_bytes(self.layers, tokens, self.bytes_per_value)
+
+    @property
+    def bytes_per_value(self) -> int:
+        """Bytes of one weight (and of one cached key/value element)."""
+        return next(iter(self.parameters())).element_size()
+
+    def memory(self, tokens: int, rows: int = 0, topk: int = 0, cached_tokens: int = 0) -> MemoryEstimate:
+        """Peak memory of one pass over ``tokens`` tokens (:func:`headprobe.model.budget.pass_memory`):
+        streaming statistics of ``rows`` rows with top-``topk``, a KV cache of ``cached_tokens``."""
+        weights = sum(p.numel() * p.element_size() for p in self.parameters())
+        return pass_memory(
+            self.layers,
+            weights,
+            self.d_model,
+            self.d_ff,
+            tokens,
+            rows=rows,
+            topk=topk,
+            cached_tokens=cached_tokens,
+            bytes_per_value=self.bytes_per_value,
+        )
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         """The model's parameters (for sizes and dtypes)."""

@@ -118,6 +118,7 @@ class HFModel(ProbedModel):
         self.hf.eval()
         self.name, self.device = path.name, torch.device(device)
         self.tokenizer = HFTokenizer(path)
+        self.prompt_start = list(self.tokenizer.default_prefix)  # as the model's own inputs began
         cfg = self.hf.config
         heads = cfg.num_attention_heads
         kv = getattr(cfg, "num_key_value_heads", None) or heads
@@ -128,6 +129,8 @@ class HFModel(ProbedModel):
         ]
         self.seam = Seam()
         self.max_positions = getattr(cfg, "max_position_embeddings", None)
+        self.d_model = cfg.hidden_size
+        self.d_ff = getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
         self._decoder_layers = self._find_layers()
         # transformers renamed `past_key_values` to `cache` (5.24 warns about the old name)
         self._cache_arg = "cache" if "cache" in inspect.signature(self.hf.forward).parameters else "past_key_values"

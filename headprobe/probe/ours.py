@@ -23,8 +23,10 @@ class HeadprobeModel(ProbedModel):
         self.device = next(model.parameters()).device
         cfg = model.cfg
         self.layers = cfg.layer_infos()
+        self.d_model, self.d_ff = cfg.d_model, cfg.d_ff
         self.max_positions = None  # RoPE has no table limit; cfg.max_seq_len is the trained length
         self.trained_length = cfg.max_seq_len
+        self.prompt_start = []  # trained on packed documents without a BOS (see ProbedModel.prompt_start)
 
     @contextlib.contextmanager
     def _residual_hooks(self, residual: ResidualProbe | None) -> Iterator[None]:

@@ -8,7 +8,7 @@ given instead. Needle-in-a-haystack prompts are in :mod:`headprobe.text.needles`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -50,9 +50,14 @@ def filler_ids(tokenizer, length: int, seed: int = 0, files: list[Path] | None =
     raise AssertionError("unreachable")
 
 
-def text_inputs(tokenizer, length: int, samples: int, seed: int = 0, files: list[Path] | None = None) -> torch.Tensor:
-    """``[samples, length]`` token ids for the attention-statistics metrics (BOS first when the tokenizer
-    has one); sample ``s`` starts from a different part of the haystack."""
-    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
-    rows = [bos + filler_ids(tokenizer, length - len(bos), seed=seed + 1000 * s, files=files) for s in range(samples)]
+def text_inputs(
+    tokenizer, length: int, samples: int, seed: int = 0, files: list[Path] | None = None, start: Sequence[int] = ()
+) -> torch.Tensor:
+    """``[samples, length]`` token ids for the attention-statistics metrics: ``start`` (the model's prompt
+    start, :attr:`headprobe.probe.base.ProbedModel.prompt_start`), then haystack text; sample ``s``
+    starts from a different part of the haystack."""
+    start = list(start)
+    rows = [
+        start + filler_ids(tokenizer, length - len(start), seed=seed + 1000 * s, files=files) for s in range(samples)
+    ]
     return torch.tensor(rows, dtype=torch.long)

@@ -6,6 +6,7 @@ score tracks. The haystack around them comes from :mod:`headprobe.text.haystack`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,11 +81,18 @@ class NeedlePrompt:
 
 
 def needle_prompt(
-    tokenizer, needle: Needle, length: int, depth: float, seed: int = 0, files: list[Path] | None = None
+    tokenizer,
+    needle: Needle,
+    length: int,
+    depth: float,
+    seed: int = 0,
+    files: list[Path] | None = None,
+    start: Sequence[int] = (),
 ) -> NeedlePrompt:
-    """``length`` tokens: haystack sentences with ``needle`` inserted at ``depth`` percent (at a sentence
-    boundary), then the question. Pieces are tokenised separately, so the answer's token span is exact."""
-    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
+    """``length`` tokens: ``start`` (the model's prompt start), haystack sentences with ``needle`` inserted
+    at ``depth`` percent (at a sentence boundary), then the question. Pieces are tokenised separately,
+    so the answer's token span is exact."""
+    bos = list(start)
     before = tokenizer.encode(" " + needle.before)
     answer = tokenizer.encode(needle.answer)
     after = tokenizer.encode(needle.after)

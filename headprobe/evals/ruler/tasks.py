@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from headprobe.evals.ruler.scoring import Scorer
+
 Family = Literal["niah", "vt", "cwe", "fwe", "qa"]
 TOKENS_TO_GENERATE = {"niah": 128, "vt": 30, "cwe": 120, "fwe": 50, "qa": 32}
 
@@ -24,7 +26,7 @@ class Task:
         freq_cw / freq_ucw / num_cw: common-words extraction (counts of common and uncommon words).
         alpha: frequent-words extraction (Zipf exponent).
         dataset: ``squad`` (qa_1) or ``hotpotqa`` (qa_2).
-        metric: ``string_match_all`` or ``string_match_part``.
+        metric: how predictions are scored (RULER's ``string_match_all`` or ``string_match_part``).
     """
 
     name: str
@@ -42,7 +44,7 @@ class Task:
     num_cw: int = 10
     alpha: float = 2.0
     dataset: str | None = None
-    metric: str = "string_match_all"
+    metric: Scorer = Scorer.MATCH_ALL
 
     @property
     def tokens_to_generate(self) -> int:
@@ -67,8 +69,8 @@ TASKS: dict[str, Task] = {
         Task("vt", "vt", "noise", num_chains=1, num_hops=4),
         Task("cwe", "cwe", freq_cw=30, freq_ucw=3, num_cw=10),
         Task("fwe", "fwe", alpha=2.0),
-        Task("qa_1", "qa", dataset="squad", metric="string_match_part"),
-        Task("qa_2", "qa", dataset="hotpotqa", metric="string_match_part"),
+        Task("qa_1", "qa", dataset="squad", metric=Scorer.MATCH_PART),
+        Task("qa_2", "qa", dataset="hotpotqa", metric=Scorer.MATCH_PART),
     )
 }
 
@@ -80,5 +82,5 @@ def resolve_tasks(spec: str | list[str]) -> list[Task]:
         return list(TASKS.values())
     unknown = [n for n in names if n not in TASKS]
     if unknown or not names:
-        raise ValueError(f"unknown RULER task(s) {unknown or names}; choose all or from {', '.join(TASKS)}")
+        raise ValueError(f"unknown RULER task(s) {unknown or names} in `tasks`; choose all or from {', '.join(TASKS)}")
     return [TASKS[n] for n in names]

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from headprobe.ruler import templates as T
-from headprobe.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squad
-from headprobe.ruler.tasks import TASKS, Task
+from headprobe.evals.ruler import templates as T
+from headprobe.evals.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squad
+from headprobe.evals.ruler.tasks import TASKS, Task
 from headprobe.text.corpus import Writer
 from headprobe.text.haystack import split_sentences
 from headprobe.text.wordlists import shipped
@@ -172,7 +172,7 @@ class RulerGenerator:
         haystack_files: text files replacing the generated prose of the ``essay`` haystack.
         qa_files: ``{"squad": path, "hotpotqa": path}`` original dataset files (else the built-in set).
         reserve: tokens to keep free for special tokens the evaluator adds (e.g. a BOS).
-        wrapper: RULER's model template around every task prompt (see :mod:`headprobe.ruler.templates`).
+        wrapper: RULER's model template around every task prompt (see :mod:`headprobe.evals.ruler.templates`).
             Unlike RULER, the singular rewrite never edits the wrapper's own text.
     """
 

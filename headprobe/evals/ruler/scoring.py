@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from enum import Enum
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -36,4 +37,14 @@ def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> fl
     return round(total / len(preds) * 100, 2)
 
 
-METRICS = {"string_match_all": string_match_all, "string_match_part": string_match_part}
+class Scorer(str, Enum):
+    """RULER's two metrics, by their RULER names; ``Scorer.MATCH_ALL(preds, refs)`` scores (0-100)."""
+
+    MATCH_ALL = "string_match_all"  # every reference counts (partial credit)
+    MATCH_PART = "string_match_part"  # any reference counts
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __call__(self, preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
+        return string_match_all(preds, refs) if self is Scorer.MATCH_ALL else string_match_part(preds, refs)

@@ -1,0 +1,40 @@
+"""The ``headprobe`` command line: typer only, no logic. Each command lives in its own module and calls
+the library; library errors name settings in backticks and :func:`headprobe.cli.common.fail` shows them
+as this command's flags.
+
+==========  =========================================================================================
+analyze     ``headprobe analyze``
+ruler       ``headprobe ruler generate|eval``
+shortctx    ``headprobe shortctx eval``
+plan        ``headprobe plan``
+demo        ``headprobe demo``
+common      error display, option parsing, consoles
+progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
+==========  =========================================================================================
+"""
+
+from __future__ import annotations
+
+import typer
+
+from headprobe.cli import analyze, demo, plan, ruler, shortctx
+from trainer.cli import data_app, train_app
+
+app = typer.Typer(
+    help="headprobe: how attention-head shape decides long-context retrieval.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+ruler_app = typer.Typer(help="RULER-style long-context evaluation (13 tasks, generated offline).", no_args_is_help=True)
+ruler_app.command("generate")(ruler.ruler_generate)
+ruler_app.command("eval")(ruler.ruler_eval)
+shortctx_app = typer.Typer(help="Short-context multiple-choice evaluation by log-likelihood.", no_args_is_help=True)
+shortctx_app.command("eval")(shortctx.shortctx_eval)
+
+app.command("analyze")(analyze.analyze)
+app.add_typer(ruler_app, name="ruler")
+app.add_typer(shortctx_app, name="shortctx")
+app.command("plan")(plan.plan)
+app.command("demo")(demo.demo)
+app.add_typer(train_app, name="train")
+app.add_typer(data_app, name="data")

@@ -1,0 +1,93 @@
+"""``headprobe analyze``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+
+from headprobe.cli.common import DTYPE_HELP, fail, gib, ints, say_error, words
+
+
+def _means(part: pd.DataFrame) -> str:
+    stats = part[part.statistic == "mean"].set_index("layer_type")["value"]
+    by_type = ", ".join(f"{t} {v:.3f}" for t, v in stats.items() if t != "all")
+    return f"mean {stats['all']:.3f} ({by_type})"
+
+
+def _retrieval(part: pd.DataFrame) -> str:
+    everything = part[part.layer_type == "all"].set_index("statistic")["value"]
+    return (
+        f"{int(everything['n_kept'])}/{int(everything['n_samples'])} samples kept, "
+        f"{int(everything['retrieval_heads'])} retrieval heads ({everything['fraction']:.1%})"
+    )
+
+
+def _erank(part: pd.DataFrame) -> str:
+    values = part[part.statistic == "erank"].sort_values("layer")["value"].tolist()
+    return f"effective rank {values[0]:.1f} (embedding) -> {values[-1]:.1f} (last block)"
+
+
+LINES: dict[str, Callable[[pd.DataFrame], str]] = {
+    "entropy": _means,
+    "reordering": _means,
+    "retrieval": _retrieval,
+    "erank": _erank,
+}
+
+
+def analyze(
+    ctx: typer.Context,
+    checkpoints: Annotated[list[Path], typer.Argument(help="checkpoint folders (ours or local Hugging Face models)")],
+    metrics: Annotated[str, typer.Option(help="comma list of retrieval,entropy,reordering,erank")] = (
+        "retrieval,entropy,reordering,erank"
+    ),
+    lengths: Annotated[str, typer.Option(help="comma list of context lengths in tokens")] = "4096",
+    samples: Annotated[int, typer.Option(help="inputs per length (needle prompts for retrieval)")] = 4,
+    rows: Annotated[str, typer.Option(help="query rows to analyse: all | last:N | stride:N")] = "all",
+    topk: Annotated[int, typer.Option(help="top-k keys per row for token reordering")] = 16,
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/analyze"),
+    seed: int = 0,
+    max_new_tokens: Annotated[int, typer.Option(help="retrieval: decoding budget per sample")] = 50,
+    haystack: Annotated[
+        list[Path] | None, typer.Option("--haystack-file", help="text files to use as haystack")
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
+    memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
+    progress: bool = True,
+) -> None:
+    """Per-head retrieval scores, attention entropy, token reordering and per-layer effective rank,
+    exact and without any L x L matrix; tidy Parquet tables per checkpoint."""
+    from headprobe.analysis import AnalysisError, AnalyzeSettings
+    from headprobe.analysis import analyze as run
+    from headprobe.cli.progress import progress_bar
+
+    try:
+        settings = AnalyzeSettings(
+            metrics=words(metrics),
+            lengths=ints(lengths),
+            samples=samples,
+            rows=rows,
+            topk=topk,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+            haystack=[str(f) for f in haystack] if haystack else None,
+            dtype=dtype,
+        )
+        settings.validate()
+    except AnalysisError as err:
+        raise fail(err, ctx) from None
+    with progress_bar("analyze", ctx, enabled=progress) as bar:
+        report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
+    for name, summary in report.results.items():
+        typer.echo(f"{name}: {out / name}")
+        for (metric, length), part in summary.groupby(["metric", "length"], sort=False):
+            typer.echo(f"  {metric:10s} L={length:>7}: {LINES[metric](part)}")
+    for name, message in report.errors.items():
+        say_error(f"{name}: {message}", ctx)
+    if report.errors:
+        raise typer.Exit(1)

@@ -1,0 +1,62 @@
+"""What every command shares: error display (library setting names shown as flags), option parsing,
+a console that keeps wide tables wide."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import typer
+from rich.console import Console
+
+DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
+
+_SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def flagify(message: str, flags: dict[str, str]) -> str:
+    """Library messages name settings in backticks (`max_new_tokens`); on the command line those that are
+    the command's options read as its flags (``flags``: setting name -> flag, e.g. --max-new-tokens)."""
+    return _SETTING.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
+
+
+def command_flags(ctx: typer.Context | None) -> dict[str, str]:
+    """Setting name -> flag of the command ``ctx`` runs (empty without one)."""
+    if ctx is None:
+        return {}
+    params = ctx.command.params
+    return {p.name: p.opts[0] for p in params if p.name and getattr(p, "param_type_name", "") == "option"}
+
+
+def say_error(err: Exception | str, ctx: typer.Context | None) -> None:
+    """Print ``err`` in red, settings in backticks shown as the flags of ``ctx``'s command."""
+    typer.secho(f"error: {flagify(str(err), command_flags(ctx))}", fg=typer.colors.RED, err=True)
+
+
+def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> typer.Exit:
+    """Print ``err`` (see :func:`say_error`) and return the exit to raise."""
+    say_error(err, ctx)
+    return typer.Exit(code)
+
+
+def ints(text: str) -> list[int]:
+    """A comma list of integers."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected a comma list of integers, got {text!r}") from None
+
+
+def words(text: str) -> list[str]:
+    """A comma list of names."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def gib(value: float | None) -> int | None:
+    """``--memory-limit`` GiB as bytes."""
+    return int(value * 2**30) if value else None
+
+
+def wide_console() -> Console:
+    """A console that does not squeeze wide tables into 80 columns when output is piped or logged."""
+    return Console() if sys.stdout.isatty() else Console(width=200)

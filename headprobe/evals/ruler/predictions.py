@@ -1,0 +1,62 @@
+"""The working files of ``ruler eval``: ``OUT/predictions/<task>-<length>.jsonl``, appended as batches
+finish, so a rerun continues where a run stopped; ``OUT/predictions/run.json`` holds the resume key they
+were made with, and a run with another key is refused instead of mixing predictions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from headprobe.evals.ruler.generate import RulerError
+from headprobe.model.atomic import atomic_write_text
+
+CLAIM = "run.json"
+
+
+class Predictions:
+    """The prediction files of one model's evaluation (in ``OUT/predictions/``)."""
+
+    def __init__(self, out: Path) -> None:
+        self.folder = Path(out) / "predictions"
+
+    def claim(self, key: dict[str, Any]) -> None:
+        """Record what the predictions are made from, or refuse when they were made from something else."""
+        path = self.folder / CLAIM
+        if path.exists():
+            old = json.loads(path.read_text(encoding="utf-8"))
+            differ = sorted(k for k in key if old.get(k) != key[k])
+            if differ:
+                raise RulerError(
+                    f"{self.folder.parent} holds predictions made with other settings ({', '.join(differ)} differ); "
+                    f"use another `out`, or delete {self.folder} to start over"
+                )
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(key, indent=2) + "\n")
+
+    def path(self, task: str, length: int) -> Path:
+        return self.folder / f"{task}-{length}.jsonl"
+
+    def done(self, task: str, length: int) -> dict[int, dict[str, Any]]:
+        """Predictions already written, by sample index (a torn last line from an interruption is dropped)."""
+        path = self.path(task, length)
+        if not path.exists():
+            return {}
+        rows, good = {}, []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            rows[row["index"]] = row
+            good.append(line)
+        atomic_write_text(path, "".join(g + "\n" for g in good))
+        return rows
+
+    def append(self, task: str, length: int, rows: list[dict[str, Any]]) -> None:
+        """Add finished predictions (one JSON line each)."""
+        path = self.path(task, length)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(row) + "\n" for row in rows))

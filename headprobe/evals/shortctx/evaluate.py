@@ -1,0 +1,148 @@
+"""``headprobe shortctx eval``: multiple-choice accuracy of one or more models, as tidy tables.
+
+For each model, in ``OUT`` (one model) or ``OUT/<name>/`` (several): ``shortctx_items.parquet`` (one row
+per item: label, predictions, the choices' log-likelihoods) and the derived ``shortctx_scores.parquet``
+(``acc`` and ``acc_norm``). A rerun with the same settings reuses the finished items (``parts/``);
+``OUT/run.json`` records the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
+from headprobe.evals.shortctx.scoring import evaluate_items
+from headprobe.probe import load_model, parse_dtype
+from headprobe.results import Column, Schema
+from headprobe.runs import (
+    Parts,
+    Progress,
+    RunReport,
+    Silent,
+    checkpoint_name,
+    resume_key,
+    run_models,
+    table_meta,
+    write_results,
+)
+
+SHORTCTX_ITEMS = Schema(
+    "shortctx_items",
+    (
+        Column("model", "str"),
+        Column("task", "str"),
+        Column("item", "int", "the item's index in the task"),
+        Column("label", "int", "the correct choice"),
+        Column("pred", "int", "the choice with the largest log-likelihood"),
+        Column("pred_norm", "int", "the choice with the largest log-likelihood per character"),
+        Column("loglikelihoods", "list", "each choice's summed log-probability (nats)"),
+    ),
+)
+SHORTCTX_SCORES = Schema(
+    "shortctx_scores",
+    (
+        Column("model", "str"),
+        Column("task", "str"),
+        Column("metric", "str", "acc or acc_norm"),
+        Column("value", "float", "0-1"),
+        Column("n", "int", "items"),
+    ),
+)
+BUILTIN = "builtin"
+
+
+@dataclass
+class ShortCtxSettings:
+    """What decides a short-context evaluation's numbers.
+
+    Attributes:
+        task: ``builtin`` or a loader of :data:`headprobe.evals.shortctx.items.LOADERS`.
+        file: the task's local file in its original format (every task but ``builtin``).
+        limit: evaluate only the first ``limit`` items.
+        dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
+    """
+
+    task: str = BUILTIN
+    file: str | None = None
+    limit: int | None = None
+    dtype: str | None = None
+
+    def items(self) -> list[Item]:
+        """The task's items (raises naming a missing file or an unknown task)."""
+        parse_dtype(self.dtype)
+        if self.task == BUILTIN:
+            items = builtin_items()
+        elif self.task not in LOADERS:
+            raise ShortCtxError(f"unknown `task` {self.task!r}; choose {BUILTIN} or one of {', '.join(LOADERS)}")
+        elif self.file is None:
+            raise ShortCtxError(f"`task` {self.task} needs `file` with the task's local data")
+        else:
+            items = load_task(self.task, self.file)
+        return items[: self.limit]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def key(self, checkpoint: str | Path, prompt_start: list[int]) -> dict[str, Any]:
+        return resume_key(checkpoint=str(Path(checkpoint).resolve()), prompt_start=prompt_start, **self.to_dict())
+
+
+def _item_rows(model: str, task: str, result: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame.from_records(
+        {"model": model, "task": task, "item": i, **row} for i, row in enumerate(result["items"])
+    )
+
+
+def scores_of(items: pd.DataFrame) -> pd.DataFrame:
+    """The ``shortctx_scores`` rows of one model's ``shortctx_items``."""
+    rows = []
+    for (model, task), part in items.groupby(["model", "task"], sort=False):
+        for metric, column in (("acc", "pred"), ("acc_norm", "pred_norm")):
+            rows.append((model, task, metric, float((part[column] == part["label"]).mean()), len(part)))
+    return pd.DataFrame(rows, columns=SHORTCTX_SCORES.names)
+
+
+def evaluate(
+    checkpoint: str | Path,
+    out: str | Path,
+    settings: ShortCtxSettings,
+    *,
+    device: str = "cpu",
+    batch_size: int = 16,
+    progress: Progress | None = None,
+    name: str | None = None,
+) -> pd.DataFrame:
+    """Score the task's items (reusing a finished run with the same key); returns ``shortctx_scores``."""
+    out, name = Path(out), name or checkpoint_name(checkpoint)
+    items = settings.items()
+    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype))
+    parts, key = Parts(out), settings.key(checkpoint, model.prompt_start)
+    meta = table_meta(SHORTCTX_ITEMS.table, name, checkpoint, settings.to_dict(), key=key)
+    if parts.done(SHORTCTX_ITEMS.table, settings.task, key):
+        table = parts.gather(SHORTCTX_ITEMS.table, [settings.task])
+    else:
+        result = evaluate_items(model, items, progress=progress or Silent(), batch_size=max(1, batch_size))
+        table = _item_rows(name, settings.task, result)
+        parts.write(SHORTCTX_ITEMS, settings.task, table, meta)
+    scores = scores_of(table)
+    write_results(out, name, checkpoint, settings.to_dict(), ((SHORTCTX_ITEMS, table), (SHORTCTX_SCORES, scores)))
+    return scores
+
+
+def evaluate_many(
+    checkpoints: Sequence[str | Path], out: str | Path, settings: ShortCtxSettings, **kwargs: Any
+) -> RunReport[pd.DataFrame]:
+    """:func:`evaluate` for each checkpoint: ``out`` itself for one, ``out/<name>/`` each for several; a
+    failing checkpoint is reported and the others still run."""
+    settings.items()  # bad settings fail once, before any checkpoint is loaded
+
+    def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
+        return evaluate(path, folder, settings, name=name, **kwargs)
+
+    progress = kwargs.get("progress") or Silent()
+    return run_models(checkpoints, Path(out), job, progress, ("shortctx eval", settings.to_dict()))

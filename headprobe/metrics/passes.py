@@ -1,0 +1,51 @@
+"""One forward pass per input feeds every pass metric; nothing ``L x L`` is kept.
+
+A pass runs the model once with a probe at the seam: each attention call's exact statistics are
+computed once by :func:`headprobe.stats.attention_stats` (with the largest top-k any collector asks
+for) and handed to every :class:`Collector`; residual streams go to the collectors that want them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import pandas as pd
+from torch import Tensor
+
+from headprobe.model.seam import AttentionCall
+from headprobe.probe.base import ProbedModel
+from headprobe.stats import AttentionStats, attention_stats
+
+
+class Collector(Protocol):
+    """Folds what passes show it into one tidy table."""
+
+    heads: bool  # wants per-head attention statistics
+    residual: bool  # wants residual streams
+    topk: int  # top-k keys per row it needs (0 = none)
+
+    def attention(self, layer: int, stats: AttentionStats) -> None: ...
+
+    def residual_stream(self, layer: int, x: Tensor) -> None: ...
+
+    def frame(self) -> pd.DataFrame: ...
+
+
+def run_pass(model: ProbedModel, input_ids: Tensor, collectors: Sequence[Collector], rows: Tensor | None) -> None:
+    """One forward pass over ``input_ids [batch, seq]`` at the query ``rows`` (``None`` = all) into ``collectors``."""
+    heads = [c for c in collectors if c.heads]
+    residual = [c for c in collectors if c.residual]
+    topk = max((c.topk for c in heads), default=0)
+
+    def probe(call: AttentionCall) -> None:
+        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=rows, topk=topk)
+        for c in heads:
+            c.attention(call.layer, st)
+
+    def stream(layer: int, x: Tensor) -> None:
+        x = x if rows is None else x[:, rows.to(x.device)]
+        for c in residual:
+            c.residual_stream(layer, x)
+
+    model.run(input_ids, probe=probe if heads else None, residual=stream if residual else None)

@@ -1,0 +1,113 @@
+"""The metrics as typed objects: name, the settings its numbers depend on, its tables, how to compute.
+
+Two kinds:
+
+* :class:`PassMetric`: computed from forward passes over haystack text. Every pass metric of a run
+  shares one pass per input (:func:`headprobe.metrics.passes.run_pass`): each contributes a collector.
+* :class:`DecodeMetric`: computed from greedy decoding of needle prompts (the retrieval score).
+
+The analysis job (:mod:`headprobe.analysis`) walks :data:`METRICS`; adding a metric is adding an entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
+from headprobe.metrics.erank import ERANK, ErankCollector
+from headprobe.metrics.passes import Collector
+from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_SAMPLES, RetrievalScores, score_prompts
+from headprobe.model.config import LayerInfo
+from headprobe.probe.base import ProbedModel
+from headprobe.results import Schema
+from headprobe.text.needles import NeedlePrompt
+
+
+@dataclass(frozen=True)
+class PassMetric:
+    """A metric of forward passes over text.
+
+    Attributes:
+        name: the metric's name (``--metrics``).
+        tables: the tables it writes (one).
+        settings: the analysis settings its numbers depend on, besides length, samples, seed,
+            haystack and dtype (which every metric depends on); part of each item's resume key.
+        pooled: one table per length pooled over the samples (else one per sample, with a ``sample`` column).
+        collector: ``(layers, topk) -> Collector`` for one sample (or one length when pooled).
+        min_topk: the smallest ``topk`` setting it accepts.
+        description: one line for help texts.
+    """
+
+    name: str
+    tables: tuple[Schema, ...]
+    settings: tuple[str, ...]
+    pooled: bool
+    collector: Callable[[list[LayerInfo], int], Collector]
+    min_topk: int = 0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DecodeMetric:
+    """A metric of greedy decoding of needle prompts.
+
+    Attributes:
+        name, tables, settings, description: as for :class:`PassMetric`.
+        compute: ``(model, prompts, max_new_tokens) -> RetrievalScores`` (the head table, the sample table).
+    """
+
+    name: str
+    tables: tuple[Schema, ...]
+    settings: tuple[str, ...]
+    compute: Callable[[ProbedModel, Sequence[NeedlePrompt], int], RetrievalScores]
+    description: str = ""
+
+
+Metric = PassMetric | DecodeMetric
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        DecodeMetric(
+            "retrieval",
+            (RETRIEVAL, RETRIEVAL_SAMPLES),
+            ("max_new_tokens",),
+            lambda model, prompts, new: score_prompts(model, prompts, new),
+            "Wu et al.'s retrieval score per head, from needle prompts",
+        ),
+        PassMetric(
+            "entropy",
+            (ENTROPY,),
+            ("rows",),
+            pooled=False,
+            collector=lambda layers, topk: EntropyCollector(layers),
+            description="attention entropy per head (nats), normalised entropy, max probability, mean distance",
+        ),
+        PassMetric(
+            "reordering",
+            (REORDERING,),
+            ("rows", "topk"),
+            pooled=False,
+            collector=lambda layers, topk: ReorderingCollector(layers, topk),
+            min_topk=2,
+            description="token reordering per head: Kendall distance of top-k attention order vs recency",
+        ),
+        PassMetric(
+            "erank",
+            (ERANK,),
+            ("rows",),
+            pooled=True,
+            collector=lambda layers, topk: ErankCollector(layers),
+            description="effective rank of the residual stream per layer",
+        ),
+    )
+}
+
+
+def get_metrics(names: Sequence[str]) -> list[Metric]:
+    """The metrics called ``names`` (in the given order); raises naming the unknown ones and the choices."""
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {', '.join(METRICS)}")
+    return [METRICS[n] for n in names]

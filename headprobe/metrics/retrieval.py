@@ -1,0 +1,173 @@
+"""Wu et al.'s (2025) retrieval score of every head, from greedy decoding of needle prompts (docs/metrics.md).
+
+At each decode step a head copies when its attention row's argmax key lies in the needle's answer
+span and holds the very token that step produced; each copy adds ``1 / len(answer span)``. A head's
+score is the mean over the samples the model answered (ROUGE-1 recall > 0.5); failed samples are
+excluded, not counted as zeros.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from headprobe.metrics.attention import HEAD_COLUMNS
+from headprobe.model.seam import AttentionCall
+from headprobe.probe.base import ProbedModel
+from headprobe.results import Column, Schema
+from headprobe.stats import attention_stats
+from headprobe.text.needles import NEEDLES, Needle, NeedlePrompt, needle_prompt
+
+RETRIEVAL = Schema(
+    "retrieval",
+    (
+        *HEAD_COLUMNS,
+        Column("value", "float", "mean copy score over the kept samples (NaN when none was kept)"),
+        Column("n_kept", "int", "samples the model answered (ROUGE-1 recall > 0.5)"),
+        Column("n_samples", "int", "needle samples decoded"),
+    ),
+)
+RETRIEVAL_SAMPLES = Schema(
+    "retrieval_samples",
+    (
+        Column("sample", "int", "index of the needle sample"),
+        Column("length", "int", "prompt tokens"),
+        Column("depth", "float", "needle depth (percent of the haystack)"),
+        Column("question", "str"),
+        Column("response", "str", "the greedy answer"),
+        Column("rouge1_recall", "float", "ROUGE-1 recall of the answer against the needle's"),
+        Column("kept", "bool", "counted in the scores"),
+        Column("haystack", "str", "the text around the needle"),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class RetrievalScores:
+    """The two tables of a retrieval run: ``heads`` (one row per layer x head, :data:`RETRIEVAL`) and
+    ``samples`` (one row per needle prompt, :data:`RETRIEVAL_SAMPLES`)."""
+
+    heads: pd.DataFrame
+    samples: pd.DataFrame
+
+
+def rouge1_recall(reference: str, prediction: str) -> float:
+    """ROUGE-1 recall: clipped unigram overlap over reference unigrams (lower-case alphanumeric
+    tokens, no stemming)."""
+    ref = Counter(re.findall(r"[a-z0-9]+", reference.lower()))
+    pred = Counter(re.findall(r"[a-z0-9]+", prediction.lower()))
+    total = sum(ref.values())
+    return sum(min(c, pred[w]) for w, c in ref.items()) / total if total else 0.0
+
+
+def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50) -> tuple[np.ndarray, dict]:
+    """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
+    sample's record (response, ROUGE-1 recall, kept or not)."""
+    scores = np.zeros((len(model.layers), max(info.n_heads for info in model.layers)))
+    span = prompt.answer_end - prompt.answer_start
+    ids = prompt.ids
+
+    def probe(step: int, token: int, call: AttentionCall) -> None:
+        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, topk=0)
+        where = (st.argmax[0, :, -1] + call.key_start).cpu().numpy()  # absolute key position per head
+        inside = (where >= prompt.answer_start) & (where < prompt.answer_end)
+        for head in np.nonzero(inside)[0]:
+            if ids[where[head]] == token:
+                scores[call.layer, head] += 1 / span
+
+    tokens = model.decode(torch.tensor([ids]), max_new_tokens, list(model.tokenizer.newline_ids), probe=probe)
+    response = model.tokenizer.decode(tokens)
+    recall = rouge1_recall(prompt.needle.answer, response)
+    record = {
+        "length": prompt.length,
+        "depth": prompt.depth,
+        "question": prompt.needle.question,
+        "response": response,
+        "rouge1_recall": recall,
+        "kept": recall > 0.5,
+        "haystack": prompt.haystack,
+    }
+    return scores, record
+
+
+def score_prompts(
+    model: ProbedModel,
+    prompts: Iterable[NeedlePrompt],
+    max_new_tokens: int = 50,
+    progress: Callable[[int], None] | None = None,
+) -> RetrievalScores:
+    """Retrieval scores of every head over ``prompts``: the mean copy score over the samples the model
+    answered (NaN when none was), with ``n_kept`` and ``n_samples``; and every sample's record."""
+    total = np.zeros((len(model.layers), max(i.n_heads for i in model.layers)))
+    kept, records = 0, []
+    for n, prompt in enumerate(prompts):
+        model.check_length(prompt.length + max_new_tokens)
+        scores, record = retrieval_sample(model, prompt, max_new_tokens)
+        records.append({"sample": n} | record)
+        if record["kept"]:
+            total += scores
+            kept += 1
+        if progress:
+            progress(n + 1)
+    mean = total / kept if kept else np.full_like(total, math.nan)
+    heads = pd.DataFrame.from_records(
+        {
+            "layer": info.index,
+            "head": h,
+            "layer_type": str(info.layer_type),
+            "value": float(mean[info.index, h]),
+            "n_kept": kept,
+            "n_samples": len(records),
+        }
+        for info in model.layers
+        for h in range(info.n_heads)
+    )
+    samples = pd.DataFrame.from_records(records) if records else RETRIEVAL_SAMPLES.empty()
+    return RetrievalScores(heads, samples)
+
+
+def retrieval_scores(
+    model: ProbedModel,
+    needles: Sequence[Needle] | None = None,
+    lengths: Iterable[int] = (1000, 1750, 2500, 3250, 4000),
+    depths: Iterable[float] = tuple(float(d) for d in np.linspace(0, 100, 10).round()),
+    haystack: list[Path] | None = None,
+    max_new_tokens: int = 50,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> RetrievalScores:
+    """Wu et al.'s retrieval score of every head (definition: docs/metrics.md), one sample per
+    ``(length, depth, needle)`` of the sweep; see :func:`score_prompts`."""
+    needles = list(needles or NEEDLES)
+    prompts = (
+        needle_prompt(model.tokenizer, needle, length, depth, seed=seed, files=haystack, start=model.prompt_start)
+        for length in lengths
+        for depth in depths
+        for needle in needles
+    )
+    return score_prompts(model, prompts, max_new_tokens, progress)
+
+
+def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:
+    """Heads with score >= ``threshold``: counts and fractions per layer type and overall."""
+    rows = []
+    for kind, part in [("all", scores), *scores.groupby("layer_type")]:
+        hits = int((part["value"] >= threshold).sum())
+        rows.append(
+            {
+                "layer_type": kind,
+                "retrieval_heads": hits,
+                "heads": len(part),
+                "fraction": hits / len(part) if len(part) else math.nan,
+                "threshold": threshold,
+            }
+        )
+    return pd.DataFrame.from_records(rows)

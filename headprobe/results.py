@@ -1,0 +1,189 @@
+"""The one format of headprobe's results: tidy Parquet tables that carry what produced them.
+
+Every result (``analyze``, ``ruler eval``, ``shortctx eval``) is a tidy table, one row per
+model x layer x head x ... , written here and read back here; figures and the explorer read only
+through :func:`read_table` and :func:`collect`.
+
+* A table is a Parquet file ``<table>.parquet``. Its schema metadata (key ``headprobe``) holds a
+  :class:`TableMeta`: the table's name, the model it describes, the settings, command and library
+  versions that produced it, and the resume key of the work item it came from.
+* Files are written atomically (a temporary sibling, then a rename): a reader sees the old table or
+  the new one, never a partial file.
+* Each table has a :class:`Schema` (its documented columns); writing checks the frame against it.
+* A results folder holds one sub-folder per model (``OUT/<model>/<table>.parquet``) plus the run
+  record ``OUT/run.json``; :func:`collect` concatenates one table over every model of a folder.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+FORMAT = "headprobe-results-1"
+META_KEY = b"headprobe"
+
+
+class ResultsError(ValueError):
+    """A result file is missing, is not a headprobe table, or does not match its schema."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One documented column: ``kind`` is ``int``, ``float``, ``str``, ``bool`` or ``list``."""
+
+    name: str
+    kind: str
+    doc: str = ""
+
+
+_KINDS = {
+    "int": pd.api.types.is_integer_dtype,
+    "float": pd.api.types.is_numeric_dtype,  # ints are valid floats (NaN-free integer columns)
+    "str": lambda d: pd.api.types.is_object_dtype(d) or pd.api.types.is_string_dtype(d),
+    "bool": pd.api.types.is_bool_dtype,
+    "list": pd.api.types.is_object_dtype,
+}
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The columns a table must have, in the order they are written (extra columns follow)."""
+
+    table: str
+    columns: tuple[Column, ...]
+    doc: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def check(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with the schema's columns first; raises naming missing or mistyped columns."""
+        missing = [c.name for c in self.columns if c.name not in frame.columns]
+        if missing:
+            raise ResultsError(f"table {self.table!r} lacks the columns {missing}")
+        if len(frame):
+            wrong = [
+                f"{c.name} ({frame[c.name].dtype}, expected {c.kind})"
+                for c in self.columns
+                if not frame[c.name].isna().all() and not _KINDS[c.kind](frame[c.name].dtype)
+            ]
+            if wrong:
+                raise ResultsError(f"table {self.table!r} has mistyped columns: {', '.join(wrong)}")
+        extra = [c for c in frame.columns if c not in self.names]
+        return frame[self.names + extra]
+
+    def empty(self) -> pd.DataFrame:
+        return pd.DataFrame({c: [] for c in self.names})
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """What produced a table (stored in its Parquet metadata).
+
+    Attributes:
+        table: the table's name (its schema).
+        model: the model the rows describe (the results sub-folder name), if one.
+        checkpoint: the model's path, as given.
+        settings: the job's settings.
+        key: the resume key of the work item (a rerun skips items whose key matches), if any.
+        command: the command line.
+        versions: library versions.
+        created: UTC time of writing (ISO 8601).
+        format: the results format version.
+    """
+
+    table: str
+    model: str | None = None
+    checkpoint: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    key: dict[str, Any] | None = None
+    command: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    created: str = ""
+    format: str = FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TableMeta:
+        raw = json.loads(text)
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table read back: its rows and what produced them."""
+
+    frame: pd.DataFrame
+    meta: TableMeta
+
+
+def table_path(folder: str | Path, table: str) -> Path:
+    return Path(folder) / f"{table}.parquet"
+
+
+def write_table(path: str | Path, frame: pd.DataFrame, meta: TableMeta, schema: Schema | None = None) -> Path:
+    """Atomically write ``frame`` with ``meta`` to ``path`` (checked against ``schema`` when given)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if schema is not None:
+        frame = schema.check(frame)
+    if not meta.created:
+        meta = TableMeta(**{**asdict(meta), "created": _dt.datetime.now(_dt.timezone.utc).isoformat()})
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: meta.to_json().encode()})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_meta(path: str | Path) -> TableMeta | None:
+    """The metadata of a headprobe table, or ``None`` when ``path`` is missing or not one."""
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+    except (OSError, ValueError):
+        return None
+    return TableMeta.from_json(raw) if raw else None
+
+
+def read_table(path: str | Path) -> Table:
+    """A table and its metadata; raises :class:`ResultsError` for a missing file or a foreign one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ResultsError(f"result table {path} does not exist")
+    meta = read_meta(path)
+    if meta is None:
+        raise ResultsError(f"{path} is not a headprobe result table (no headprobe metadata)")
+    return Table(pd.read_parquet(path), meta)
+
+
+def collect(folder: str | Path, table: str) -> pd.DataFrame:
+    """One table over every model of a results folder: ``OUT/<table>.parquet`` and
+    ``OUT/*/<table>.parquet`` concatenated (every table has a ``model`` column); empty when none."""
+    folder = Path(folder)
+    paths = [p for p in [table_path(folder, table)] if p.is_file()]
+    paths += sorted(p for p in folder.glob(f"*/{table}.parquet") if p.is_file())
+    frames = [read_table(p).frame for p in paths]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
