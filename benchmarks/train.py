@@ -26,7 +26,8 @@ SEQ_LEN, BATCH = 512, 16
 
 
 def run_trainer(name: str, steps: int) -> dict:
-    from trainer.train import TrainConfig, train
+    from trainer.config import TrainConfig
+    from trainer.train import train
 
     with tempfile.TemporaryDirectory() as tmp:
         train(
@@ -48,7 +49,7 @@ def run_bare(name: str, steps: int) -> dict:
     from trainer.data import PackedSequences, TokenData
     from trainer.distributed import init_world
     from trainer.optim import build_optimizer
-    from trainer.train import builtin_corpus
+    from trainer.setup import builtin_corpus
 
     torch.manual_seed(0)
     model = Transformer(preset(name))

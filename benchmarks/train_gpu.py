@@ -48,7 +48,8 @@ def main() -> None:
             cmd = [
                 sys.executable,
                 "-m",
-                "trainer",
+                "headprobe",
+                "train",
                 "--preset",
                 f"0.6b-{member}",
                 "--out",

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from headprobe.testing import tiny_config
-from trainer.train import TrainConfig, train
+from trainer.config import TrainConfig
+from trainer.train import train
 from trainer.train_state import export_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +34,8 @@ def torchrun(args: list[str]) -> None:
         "--standalone",
         "--nproc_per_node=2",
         "-m",
-        "trainer",
+        "headprobe",
+        "train",
         *args,
     ]
     out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)

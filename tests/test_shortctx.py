@@ -181,7 +181,7 @@ def test_loader_errors(tmp_path):
         load_task("arc", tmp_path / "none.jsonl")
     with pytest.raises(ShortCtxError, match="lacks the field"):
         load_task("hellaswag", write(tmp_path / "x.jsonl", [{"context": "a", "choices": ["b"], "label": 0}]))
-    with pytest.raises(ShortCtxError, match="unknown `task` .mmlu."):
+    with pytest.raises(ShortCtxError, match=r"unknown `task` .mmlu."):
         load_task("mmlu", tmp_path / "x.jsonl")
     with pytest.raises(ShortCtxError, match="not an index"):
         load_task("jsonl", write(tmp_path / "y.jsonl", [{"context": "a", "choices": ["b"], "label": 3}]))

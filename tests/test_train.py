@@ -20,10 +20,11 @@ from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
+from trainer.config import TrainConfig, TrainError
 from trainer.data import DataError, Sampler, synth
 from trainer.grid import run_grid
 from trainer.sft import SftData, builtin_examples
-from trainer.train import TrainConfig, TrainError, train
+from trainer.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +74,7 @@ def test_micro_batches_accumulate_to_the_same_update(tmp_path, model_config):
 def _launch(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer", *args],
+        [sys.executable, "-m", "headprobe", "train", *args],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -242,12 +243,12 @@ def test_grid_runs_stages_in_order_and_skips_finished_ones(tmp_path):
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(stage="cpt"), "give --init"),
-        (dict(init="x"), "--init is for cpt/sft"),
-        (dict(preset="toy-d16"), "exactly one of --preset"),
-        (dict(tokens=1000), "exactly one of --steps or --tokens"),
+        (dict(stage="cpt"), "give `init`"),
+        (dict(init="x"), "`init` is for cpt/sft"),
+        (dict(preset="toy-d16"), "exactly one of `preset`"),
+        (dict(tokens=1000), "exactly one of `steps` or `tokens`"),
         (dict(batch_size=4, micro_batch_size=3), "does not divide"),
-        (dict(freeze="mlp"), "unknown --freeze"),
+        (dict(freeze="mlp"), "`freeze`: unknown freeze 'mlp'"),
     ],
 )
 def test_bad_options(tmp_path, model_config, kw, match):
@@ -257,7 +258,7 @@ def test_bad_options(tmp_path, model_config, kw, match):
 
 def test_existing_run_needs_resume_and_same_data(tmp_path, model_config):
     train(quick(tmp_path / "run", model_config, steps=2))
-    with pytest.raises(TrainError, match="pass --resume"):
+    with pytest.raises(TrainError, match="pass `resume`"):
         train(quick(tmp_path / "run", model_config, steps=4))
     with pytest.raises(TrainError, match="data settings differ"):
         train(quick(tmp_path / "run", model_config, steps=4, resume=True, batch_size=8))

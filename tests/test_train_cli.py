@@ -72,7 +72,7 @@ def test_errors_exit_with_a_message(tmp_path):
     res = invoke("data", "prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d"))
     assert res.exit_code == 2 and "does not exist" in res.output
     res = invoke("train", "--stage", "rl", "--out", str(tmp_path / "r"))
-    assert res.exit_code == 2 and "unknown --stage" in res.output
+    assert res.exit_code == 2 and "'rl' is not one of" in res.output and "--stage" in res.output
 
 
 def test_mfu_arithmetic():
@@ -80,3 +80,36 @@ def test_mfu_arithmetic():
     assert mfu(6e9, 10_000, 100e12, 2) == 0.3
     assert mfu(6e9, 10_000, None, 1) is None
     assert peak_flops(torch.device("cpu")) is None and peak_flops(torch.device("cpu"), 5e12) == 5e12
+
+
+def test_train_flags_are_the_config_fields_with_their_defaults():
+    """`headprobe train` has one option per TrainConfig field (the dataclass is the one place for defaults),
+    and the values given reach the run's recorded config."""
+    import dataclasses
+    from enum import Enum
+
+    from typer.main import get_command
+
+    from trainer.config import TrainConfig
+
+    def plain(value):
+        return value.value if isinstance(value, Enum) else value
+
+    params = {p.name: p for p in get_command(app).commands["train"].params}
+    fields = dataclasses.fields(TrainConfig)
+    assert set(params) == {f.name for f in fields}
+    for f in fields:
+        assert plain(params[f.name].default) == plain(f.default), f.name
+        assert params[f.name].help == f.metadata["help"]
+    assert params["batch_size"].opts == ["--batch-size"] and "--no-resume" in params["resume"].secondary_opts
+
+
+def test_train_flag_values_reach_the_config(tmp_path):
+    cfg = tmp_path / "model.json"
+    cfg.write_text(tiny_config(vocab_size=264, max_seq_len=32).to_json())
+    args = ["train", "--config", str(cfg), "--steps", "1", "--batch-size", "2", "--out", str(tmp_path / "run")]
+    res = invoke(*args, "--lr", "0.01", "--beta2", "0.9", "--schedule", "wsd", "--freeze", "attention-full")
+    assert res.exit_code == 0, res.output
+    saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert (saved["lr"], saved["beta2"], saved["schedule"], saved["freeze"]) == (0.01, 0.9, "wsd", "attention-full")
+    assert saved["frozen"] == [f"blocks.3.attn.{p}_proj.weight" for p in "qkvo"]  # the one full layer

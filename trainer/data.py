@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ MANIFEST = "manifest.json"
 FORMAT = "headprobe-tokens-1"
 SHARD_TOKENS = 1 << 24  # 16M tokens per shard
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+Progress = Callable[[int, int, str], None]  # (units done, units in all, what is being done)
 
 
 class DataError(ValueError):
@@ -102,7 +103,7 @@ def shard_dtype(vocab_size: int, requested: str = "auto") -> str:
     limit = np.iinfo(DTYPES[requested]).max + 1
     if vocab_size > limit:
         raise DataError(
-            f"the tokenizer has {vocab_size:,} ids but {requested} holds only {limit:,}; use --dtype uint32 (or auto)"
+            f"the tokenizer has {vocab_size:,} ids but {requested} holds only {limit:,}; use `dtype` uint32 (or auto)"
         )
     return requested
 
@@ -219,16 +220,19 @@ def prepare(
     out: str | Path,
     dtype: str = "auto",
     shard_tokens: int = SHARD_TOKENS,
-    progress: bool = False,
+    progress: Progress | None = None,
 ) -> Manifest:
-    """Tokenise ``sources`` (text, JSONL or Parquet files) into a new data folder ``out`` (atomically)."""
+    """Tokenise ``sources`` (text, JSONL or Parquet files) into a new data folder ``out`` (atomically);
+    ``progress(files done, files, what)`` hears of each file."""
     paths = [Path(s) for s in sources]
     if not paths:
         raise DataError("no source files given")
     manifest = _new_manifest(tokenizer, dtype, {"kind": "prepared"})
     with atomic_directory(out) as tmp:
         writer = ShardWriter(tmp, manifest, shard_tokens)
-        for path in _progress(paths, progress, "tokenising"):
+        for done, path in enumerate(paths):
+            if progress:
+                progress(done, len(paths), f"tokenising {path.name}")
             raw = path.read_bytes() if path.is_file() else b""
             docs, tokens = 0, 0
             for text in read_documents(path):
@@ -236,6 +240,8 @@ def prepare(
                 docs += 1
             manifest.sources.append(SourceInfo(str(path), _sha256(raw), docs, tokens))
         writer.close()
+        if progress:
+            progress(len(paths), len(paths), "tokenised")
     return manifest
 
 
@@ -246,38 +252,32 @@ def synth(
     seed: int = 0,
     dtype: str = "auto",
     shard_tokens: int = SHARD_TOKENS,
-    progress: bool = False,
+    progress: Progress | None = None,
 ) -> Manifest:
-    """Write at least ``tokens`` tokens of the built-in corpus (:mod:`headprobe.text.corpus`) to ``out``."""
+    """Write at least ``tokens`` tokens of the built-in corpus (:mod:`headprobe.text.corpus`) to ``out``;
+    ``progress(tokens done, tokens, what)`` hears of each document."""
     from headprobe.text.corpus import MIXTURE, documents
 
     if tokens < 1:
-        raise DataError("--tokens must be positive")
+        raise DataError("`tokens` must be positive")
     tokenizer = tokenizer or ByteTokenizer()
     manifest = _new_manifest(tokenizer, dtype, {"kind": "synthetic", "seed": seed, "mixture": MIXTURE})
     kinds: dict[str, int] = {}
     with atomic_directory(out) as tmp:
         writer = ShardWriter(tmp, manifest, shard_tokens)
-        bar = _progress(None, progress, "generating", total=tokens)
         for kind, text in documents(seed):
-            n = writer.add_document(tokenizer.encode(text))
+            writer.add_document(tokenizer.encode(text))
             kinds[kind] = kinds.get(kind, 0) + 1
-            bar.update(n)
+            if progress:
+                progress(min(manifest.total_tokens, tokens), tokens, "generating")
             if manifest.total_tokens >= tokens:
                 break
-        bar.close()
         manifest.extra["documents_by_kind"] = kinds
         manifest.sources.append(
             SourceInfo("builtin:headprobe.text.corpus", "", manifest.documents, manifest.total_tokens)
         )
         writer.close()
     return manifest
-
-
-def _progress(items, enabled: bool, desc: str, total: int | None = None):
-    from tqdm.auto import tqdm
-
-    return tqdm(items, total=total, desc=desc, disable=not enabled, unit="tok" if total else "file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ class PackedSequences:
         if self.count < 1:
             raise DataError(
                 f"{data.folder} holds {len(data):,} tokens, fewer than one sequence of "
-                f"{seq_len + 1:,}; use more data or a shorter --seq-len"
+                f"{seq_len + 1:,}; use more data or a shorter `seq_len`"
             )
 
     def __len__(self) -> int:

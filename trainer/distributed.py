@@ -1,6 +1,6 @@
 """Processes, devices and model wrapping (DDP or FSDP2) for ``torchrun`` launches.
 
-A plain ``python -m trainer`` run is a world of one process. Under ``torchrun`` the usual
+A plain ``headprobe train`` run is a world of one process. Under ``torchrun`` the usual
 environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``...) is read; the backend is
 NCCL on CUDA and gloo on CPU.
 """
@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from headprobe.model.transformer import Transformer
-
-Parallel = Literal["none", "ddp", "fsdp"]
+from trainer.config import Parallel
 
 
 @dataclass(frozen=True)
@@ -80,20 +78,21 @@ def barrier(world: World) -> None:
         dist.barrier()
 
 
-def wrap(model: Transformer, parallel: Parallel, world: World, mixed_precision: bool) -> nn.Module:
+def wrap(model: Transformer, parallel: Parallel | str, world: World, mixed_precision: bool) -> nn.Module:
     """DDP or FSDP2 (``fully_shard`` per block, then the root) around ``model``.
 
     With FSDP2 and ``mixed_precision`` parameters are gathered in bfloat16 and gradients reduced in
     float32. Without a process group the model is returned unchanged.
     """
-    if parallel == "none" or not world.distributed:
+    parallel = Parallel(parallel)
+    if parallel is Parallel.NONE or not world.distributed:
         return model
-    if parallel == "ddp":
+    if parallel is Parallel.DDP:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [world.device.index] if world.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids)
-    if parallel == "fsdp":
+    if parallel is Parallel.FSDP:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         policy = (
@@ -105,7 +104,7 @@ def wrap(model: Transformer, parallel: Parallel, world: World, mixed_precision: 
             fully_shard(block, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
         return model
-    raise ValueError(f"unknown --parallel {parallel!r}; choose none, ddp or fsdp")
+    raise ValueError(f"`parallel` {parallel.value!r} must be resolved to none, ddp or fsdp before wrapping")
 
 
 def unwrap(model: nn.Module) -> Transformer:

@@ -18,7 +18,8 @@ from typing import Any
 
 from headprobe.model.atomic import atomic_write_text
 from headprobe.model.presets import list_presets
-from trainer.train import RESULT_FILE, TrainConfig, TrainError, TrainResult, train
+from trainer.config import RESULT_FILE, TrainConfig, TrainError, TrainResult
+from trainer.train import train
 
 STAGES = ("pt", "cpt", "sft")
 
@@ -87,7 +88,7 @@ def run_grid(
             if stage != "pt" and previous is None:
                 raise TrainError(
                     f"{member}: stage {stage} needs the previous stage's checkpoint; "
-                    f"include it in --stages or run it first"
+                    f"include it in `stages` or run it first"
                 )
             if is_finished(folder):
                 log(f"{member} {stage}: finished earlier, skipping")

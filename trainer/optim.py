@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import nn
+
+from trainer.config import ScheduleKind
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Schedule:
         decay_fraction: ``wsd`` only.
     """
 
-    kind: Literal["cosine", "wsd"]
+    kind: ScheduleKind
     lr: float
     total_steps: int
     warmup_steps: int = 0
@@ -34,8 +35,7 @@ class Schedule:
     decay_fraction: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.kind not in ("cosine", "wsd"):
-            raise ValueError(f"unknown schedule {self.kind!r}; choose cosine or wsd")
+        object.__setattr__(self, "kind", ScheduleKind(self.kind))  # raises naming the choices
         if self.total_steps < 1 or self.warmup_steps < 0 or self.lr <= 0:
             raise ValueError("schedule needs total_steps >= 1, warmup_steps >= 0 and lr > 0")
 
@@ -43,7 +43,7 @@ class Schedule:
         if step < self.warmup_steps:
             return self.lr * (step + 1) / self.warmup_steps
         floor = self.lr * self.min_lr_ratio
-        if self.kind == "cosine":
+        if self.kind is ScheduleKind.COSINE:
             span = max(1, self.total_steps - self.warmup_steps)
             progress = min(1.0, (step - self.warmup_steps) / span)
             return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))

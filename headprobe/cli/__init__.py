@@ -8,6 +8,7 @@ ruler       ``headprobe ruler generate|eval``
 shortctx    ``headprobe shortctx eval``
 plan        ``headprobe plan``
 demo        ``headprobe demo``
+train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
 progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
 ==========  =========================================================================================
@@ -18,7 +19,7 @@ from __future__ import annotations
 import typer
 
 from headprobe.cli import analyze, demo, plan, ruler, shortctx
-from trainer.cli import data_app, train_app
+from headprobe.cli.train import add_trainer_commands
 
 app = typer.Typer(
     help="headprobe: how attention-head shape decides long-context retrieval.",
@@ -36,5 +37,4 @@ app.add_typer(ruler_app, name="ruler")
 app.add_typer(shortctx_app, name="shortctx")
 app.command("plan")(plan.plan)
 app.command("demo")(demo.demo)
-app.add_typer(train_app, name="train")
-app.add_typer(data_app, name="data")
+add_trainer_commands(app)  # the bundled trainer, found as a plugin (headprobe never imports it)

@@ -28,6 +28,10 @@ class RichProgress:
     def describe(self, description: str) -> None:
         self.bar.update(self.task, what=description)
 
+    def report(self, done: int, total: int, info: str) -> None:
+        """A callback form for code that reports ``(done, total, status)`` (the trainer's loops)."""
+        self.bar.update(self.task, completed=done, total=total, info=info)
+
     def log(self, message: str) -> None:
         self.bar.console.print(flagify(message, self.flags), markup=False, highlight=False)
 

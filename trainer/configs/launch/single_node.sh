@@ -4,14 +4,14 @@
 set -euo pipefail
 MEMBER=${MEMBER:-0.6b-d512}
 DATA=${DATA:?set DATA to a prepared data folder}
-torchrun --standalone --nproc_per_node=8 -m trainer \
+torchrun --standalone --nproc_per_node=8 -m headprobe train \
   --stage pt --preset "$MEMBER" --data "$DATA" --out "runs/$MEMBER/pt" \
   --tokens 100000000000 --seq-len 4096 --batch-size 256 --micro-batch-size 4 \
   --lr 3e-4 --schedule wsd --decay-fraction 0.2 --warmup-steps 2000 \
   --parallel fsdp --compile --save-every 1000 --keep 3 --resume
 
 # then 262K continual pretraining (add --freeze attention for the frozen-projection run)
-torchrun --standalone --nproc_per_node=8 -m trainer \
+torchrun --standalone --nproc_per_node=8 -m headprobe train \
   --stage cpt --init "runs/$MEMBER/pt/final" --data "$DATA" --out "runs/$MEMBER/cpt" \
   --tokens 8000000000 --seq-len 262144 --batch-size 8 --micro-batch-size 1 \
   --lr 1e-4 --warmup-steps 200 --rope-theta-full 1000000 \

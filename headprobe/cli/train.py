@@ -1,0 +1,176 @@
+"""``headprobe train ...`` and ``headprobe data ...``: the commands of the bundled trainer.
+
+headprobe never imports the trainer. It finds it as a plugin, through the entry point
+``headprobe.plugins: trainer`` (pyproject.toml), and builds ``headprobe train``'s options from the
+trainer's config dataclass: each field is a flag (``batch_size`` -> ``--batch-size``) with the field's
+default, type and help (its metadata), so a default lives in one place. Without the trainer installed,
+these commands say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import sys
+import typing
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from headprobe.cli.common import fail, words
+from headprobe.cli.progress import progress_bar
+
+PLUGIN_GROUP = "headprobe.plugins"
+
+
+def trainer_plugin() -> Any | None:
+    """The installed trainer plugin (:class:`trainer.plugin.TrainerPlugin`), or ``None``."""
+    found = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == "trainer"]
+    return found[0].load() if found else None
+
+
+def config_options(config: type) -> list[inspect.Parameter]:
+    """One keyword parameter per dataclass field: a typer option with the field's default, type and help."""
+    hints = typing.get_type_hints(config)
+    return [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(f.default, help=f.metadata.get("help", "")),
+            annotation=hints[f.name],
+        )
+        for f in dataclasses.fields(config)
+    ]
+
+
+def _stage_command(plugin: Any):
+    """``headprobe train [OPTIONS]``: one training stage, its options those of ``plugin.config``."""
+
+    def stage(ctx: typer.Context, **values: Any) -> None:
+        if ctx.invoked_subcommand is not None:
+            return
+        try:
+            cfg = plugin.config(**values)
+            show = cfg.progress and sys.stderr.isatty()
+            with progress_bar("train", ctx, enabled=show, info=True) as bar:
+                result = plugin.train(cfg, on_step=bar.report)
+        except plugin.errors as err:
+            raise fail(err, ctx) from None
+        state = "interrupted (resume with --resume)" if result.interrupted else "done"
+        loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+        typer.echo(f"{state}: {result.steps} steps, {result.tokens:,} tokens, last loss {loss}, in {result.out}")
+
+    ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    stage.__signature__ = inspect.Signature([ctx_param, *config_options(plugin.config)])  # type: ignore[attr-defined]
+    stage.__doc__ = "Run one training stage (without a subcommand); `grid` runs a whole scale."
+    return stage
+
+
+def _grid_command(plugin: Any):
+    def grid(
+        ctx: typer.Context,
+        scale: Annotated[str, typer.Option(help="toy | 0.6b | 3b")] = "toy",
+        members: Annotated[str | None, typer.Option(help="comma list, e.g. d128,d512 (default: all)")] = None,
+        stages: Annotated[str, typer.Option(help="comma list of pt,cpt,sft")] = "pt,cpt,sft",
+        cpt_freeze: Annotated[str | None, typer.Option(help="freeze attention projections in cpt")] = None,
+        data: Annotated[str | None, typer.Option(help="data folder for pt/cpt (default built-in)")] = None,
+        out: Annotated[str, typer.Option(help="RUNS folder")] = "runs/grid",
+    ) -> None:
+        """Run every member of a scale through the stages; rerun to continue after a crash."""
+        try:
+            manifest = plugin.grid(
+                scale, out, words(members) if members else None, words(stages), cpt_freeze,
+                {"data": data} if data else None, typer.echo,
+            )  # fmt: skip
+        except plugin.errors as err:
+            raise fail(err, ctx) from None
+        typer.echo(json.dumps(manifest, indent=2))
+
+    return grid
+
+
+def _export_command(plugin: Any):
+    def export(
+        ctx: typer.Context,
+        step_folder: Annotated[Path, typer.Argument(help="a step_XXXXXX folder (any parallelism)")],
+        out: Annotated[Path, typer.Argument(help="plain checkpoint folder to write")],
+    ) -> None:
+        """Turn a (possibly FSDP-sharded) step checkpoint into a plain checkpoint."""
+        try:
+            typer.echo(f"wrote {plugin.export(step_folder, out)}")
+        except plugin.errors as err:
+            raise fail(err, ctx) from None
+
+    return export
+
+
+def _data_commands(plugin: Any, app: typer.Typer) -> None:
+    @app.command("prepare")
+    def prepare(
+        ctx: typer.Context,
+        sources: Annotated[list[Path], typer.Argument(help="text, JSONL ('text' field) or Parquet files")],
+        out: Annotated[Path, typer.Option(help="data folder to create")],
+        tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
+        dtype: Annotated[str, typer.Option(help="auto | uint16 | uint32")] = "auto",
+    ) -> None:
+        """Tokenise local files into memory-mapped shards plus a manifest."""
+        try:
+            with progress_bar("prepare", ctx, enabled=sys.stderr.isatty(), info=True) as bar:
+                man = plugin.prepare(sources, tokenizer, out, dtype, bar.report)
+        except (*plugin.errors, ValueError) as err:
+            raise fail(err, ctx) from None
+        typer.echo(f"{out}: {man.total_tokens:,} tokens in {len(man.shards)} shard(s) from {man.documents:,} documents")
+
+    @app.command("synth")
+    def synth(
+        ctx: typer.Context,
+        tokens: Annotated[int, typer.Option(help="tokens to generate")],
+        out: Annotated[Path, typer.Option(help="data folder to create")],
+        seed: int = 0,
+        tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
+    ) -> None:
+        """Generate the built-in offline corpus (prose plus retrieval documents)."""
+        try:
+            with progress_bar("synth", ctx, enabled=sys.stderr.isatty(), info=True) as bar:
+                man = plugin.synth(tokens, out, tokenizer, seed, bar.report)
+        except (*plugin.errors, ValueError) as err:
+            raise fail(err, ctx) from None
+        kinds = ", ".join(f"{k} {v}" for k, v in man.extra["documents_by_kind"].items())
+        typer.echo(f"{out}: {man.total_tokens:,} tokens, {man.documents:,} documents ({kinds})")
+
+    @app.command("verify")
+    def verify(ctx: typer.Context, folder: Path) -> None:
+        """Check every shard against the SHA-256 in the manifest."""
+        try:
+            tokens, shards = plugin.verify(folder)
+        except plugin.errors as err:
+            raise fail(err, ctx) from None
+        typer.echo(f"{folder}: {tokens:,} tokens, {shards} shard(s) verified")
+
+
+def _missing(ctx: typer.Context) -> None:
+    raise fail("the bundled trainer is not installed (it ships with headprobe: reinstall with `pip install -e .`)", ctx)
+
+
+def add_trainer_commands(app: typer.Typer) -> None:
+    """Mount ``train`` and ``data`` on ``app``: the trainer plugin's commands, or a note that it is missing."""
+    plugin = trainer_plugin()
+    train_help = (
+        "Train the head-shape models: pretraining (pt), long-context continual pretraining (cpt), fine-tuning "
+        "(sft); `grid` runs a whole scale. Launch with torchrun (-m headprobe train) for several processes."
+    )
+    if plugin is None:
+        app.command("train", help=train_help)(_missing)
+        app.command("data", help="Prepare token shards for training.")(_missing)
+        return
+    train_app = typer.Typer(help=train_help, invoke_without_command=True, pretty_exceptions_enable=False)
+    train_app.callback()(_stage_command(plugin))
+    train_app.command("grid")(_grid_command(plugin))
+    train_app.command("export")(_export_command(plugin))
+    data_app = typer.Typer(help="Prepare token shards for training.", no_args_is_help=True)
+    _data_commands(plugin, data_app)
+    app.add_typer(train_app, name="train")
+    app.add_typer(data_app, name="data")

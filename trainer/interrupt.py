@@ -1,0 +1,36 @@
+"""Safe interruption: the first Ctrl-C or SIGTERM asks the loop to save and stop after its step."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def interrupt_flag() -> Iterator[list[bool]]:
+    """First Ctrl-C / SIGTERM sets the flag (the loop saves and stops); a second Ctrl-C aborts."""
+    flag = [False]
+
+    def handler(signum, frame):
+        if flag[0] and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        flag[0] = True
+        print(
+            "\ninterrupt received: finishing this step, saving, then stopping (Ctrl-C again to abort)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    except ValueError:  # not in the main thread: no signal handling
+        pass
+    try:
+        yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,75 @@
+"""The trainer as a plugin of the ``headprobe`` command line.
+
+headprobe never imports the trainer: its command line finds this object through the entry point
+``headprobe.plugins: trainer`` (pyproject.toml) and uses only what it offers here. Importing it is
+cheap (no torch); the training code loads when a command runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer.config import TrainConfig, TrainError, TrainResult
+from trainer.data import DataError, Progress
+
+
+class TrainerPlugin:
+    """What ``headprobe train ...`` and ``headprobe data ...`` run.
+
+    Attributes:
+        config: the dataclass whose fields are ``headprobe train``'s options (help in field metadata).
+        errors: the exceptions that mean bad input (shown as a message, exit code 2), not a bug.
+    """
+
+    config = TrainConfig
+    errors: tuple[type[Exception], ...] = (TrainError, DataError, FileNotFoundError)
+
+    def train(self, cfg: TrainConfig, on_step: Callable[[int, int, str], None] | None = None) -> TrainResult:
+        from trainer.train import train
+
+        return train(cfg, on_step)
+
+    def grid(
+        self,
+        scale: str,
+        out: str,
+        members: list[str] | None,
+        stages: list[str],
+        cpt_freeze: str | None,
+        overrides: dict[str, Any] | None,
+        log: Callable[[str], None],
+    ) -> dict[str, Any]:
+        from trainer.grid import run_grid
+
+        return run_grid(scale, out, members, stages, cpt_freeze, overrides, log=log)
+
+    def export(self, step_folder: Path, out: Path) -> Path:
+        from trainer.train_state import export_step
+
+        if not (step_folder / "state.json").is_file():
+            raise FileNotFoundError(f"{step_folder} is not a step checkpoint (no state.json)")
+        return export_step(step_folder, out)
+
+    def prepare(self, sources: Sequence[Path], tokenizer: str, out: Path, dtype: str, progress: Progress | None):
+        from headprobe.model.tokenizer import load_tokenizer
+        from trainer.data import prepare
+
+        return prepare(sources, load_tokenizer(tokenizer), out, dtype=dtype, progress=progress)
+
+    def synth(self, tokens: int, out: Path, tokenizer: str, seed: int, progress: Progress | None):
+        from headprobe.model.tokenizer import load_tokenizer
+        from trainer.data import synth
+
+        return synth(tokens, out, load_tokenizer(tokenizer), seed=seed, progress=progress)
+
+    def verify(self, folder: Path) -> tuple[int, int]:
+        """Check every shard against its SHA-256; returns ``(tokens, shards)``."""
+        from trainer.data import TokenData
+
+        data = TokenData(folder, verify=True)
+        return len(data), len(data.manifest.shards)
+
+
+PLUGIN = TrainerPlugin()

@@ -1,0 +1,149 @@
+"""What a training stage is built from: the model (new or from a checkpoint), frozen projections, the data."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from headprobe.model.checkpoint import load_checkpoint
+from headprobe.model.config import ModelConfig
+from headprobe.model.presets import preset
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.model.transformer import Transformer
+from trainer.config import Freeze, Stage, TrainConfig, TrainError
+from trainer.data import Batch, DataError, PackedSequences, TokenData, collate, synth
+from trainer.distributed import World
+from trainer.sft import SftData, builtin_examples, load_jsonl
+
+
+def model_and_tokenizer(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokenizer | None]:
+    """Build (pt) or load (cpt/sft) the model; the tokenizer if known yet."""
+    if cfg.stage is Stage.PT:
+        if cfg.init:
+            raise TrainError("`init` is for cpt/sft; pt trains from scratch (use `preset` or `config`)")
+        if bool(cfg.preset) == bool(cfg.config):
+            raise TrainError("pt needs exactly one of `preset` NAME or `config` FILE")
+        model_cfg = preset(cfg.preset) if cfg.preset else ModelConfig.load(cfg.config)  # type: ignore[arg-type]
+        torch.manual_seed(cfg.seed)
+        return Transformer(model_cfg), None
+    if not cfg.init:
+        raise TrainError(f"`stage` {cfg.stage} continues a model: give `init` CHECKPOINT")
+    if cfg.preset or cfg.config:
+        raise TrainError(f"`stage` {cfg.stage} takes the model from `init`; drop `preset`/`config`")
+    model, tokenizer = load_checkpoint(cfg.init, dtype=torch.float32)
+    model_cfg = model.cfg
+    if cfg.rope_theta_full is not None:
+        if cfg.stage is not Stage.CPT:
+            raise TrainError("`rope_theta_full` applies to cpt")
+        model_cfg = model_cfg.replace(full=dataclasses.replace(model_cfg.full, rope_theta=cfg.rope_theta_full))
+    if cfg.seq_len and cfg.seq_len > model_cfg.max_seq_len:
+        model_cfg = model_cfg.replace(max_seq_len=cfg.seq_len)
+    if model_cfg != model.cfg:
+        rebuilt = Transformer(model_cfg)
+        rebuilt.load_state_dict(model.state_dict())
+        model = rebuilt
+    model.train()
+    return model, tokenizer
+
+
+def apply_freeze(model: Transformer, freeze: Freeze | None) -> list[str]:
+    """Freeze q, k, v, o projections of the chosen layer types; returns the frozen parameter names."""
+    if freeze is None:
+        return []
+    frozen = []
+    for layer, block in enumerate(model.blocks):
+        if block.attn.layer_type in Freeze(freeze).layer_types:
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                param = getattr(block.attn, name).weight
+                param.requires_grad_(False)
+                frozen.append(f"blocks.{layer}.attn.{name}.weight")
+    return frozen
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("HEADPROBE_CACHE", Path.home() / ".cache" / "headprobe"))
+
+
+def builtin_corpus(tokens_needed: int, seed: int, world: World) -> Path:
+    """The built-in corpus, generated once per size bucket into the cache folder."""
+    bucket = max(1 << 21, 1 << math.ceil(math.log2(max(tokens_needed, 1))))  # >= 2M tokens, power of two
+    folder = _cache_root() / "corpus" / f"byte-seed{seed}-{bucket}"
+    if world.is_main and not (folder / "manifest.json").is_file():
+        synth(bucket, folder, seed=seed)
+    if world.distributed:
+        torch.distributed.barrier()
+    return folder
+
+
+class Source:
+    """Items of the stage (packed sequences, or SFT examples) with their pad id and a description (part of
+    the run's data identity: a resumed run must read the same batches)."""
+
+    def __init__(self, items: PackedSequences | SftData, pad_id: int, describe: dict[str, Any]) -> None:
+        self.items, self.pad_id, self.describe = items, pad_id, describe
+
+    def batch(self, indices: np.ndarray) -> Batch:
+        if isinstance(self.items, SftData):
+            return collate([self.items[int(i)] for i in indices], self.pad_id)
+        return collate([(self.items[int(i)], None) for i in indices], self.pad_id)
+
+
+def check_same_tokenizer(folder: Path, man, tokenizer: ByteTokenizer | HFTokenizer) -> None:
+    """The data must have been tokenised by the tokenizer the model is trained with."""
+    data_is_byte = man.tokenizer == "byte"
+    if data_is_byte != isinstance(tokenizer, ByteTokenizer):
+        raise DataError(
+            f"{folder} was tokenised with {man.tokenizer!r} but the model uses {tokenizer.name!r}; "
+            "prepare the data with the model's tokenizer"
+        )
+    want = man.extra.get("tokenizer_sha256")
+    if want and isinstance(tokenizer, HFTokenizer):
+        have = hashlib.sha256(Path(tokenizer.path).read_bytes()).hexdigest()
+        if have != want:
+            raise DataError(
+                f"{folder} was tokenised with a different tokenizer.json than {tokenizer.path} (SHA-256 "
+                "differs); prepare the data with the model's tokenizer"
+            )
+
+
+def data_source(
+    cfg: TrainConfig,
+    seq_len: int,
+    tokens_needed: int,
+    tokenizer: ByteTokenizer | HFTokenizer | None,
+    model_cfg: ModelConfig,
+    world: World,
+) -> tuple[Source, ByteTokenizer | HFTokenizer]:
+    """The stage's items and the tokenizer (from the data manifest when not known yet)."""
+    if cfg.stage is Stage.SFT:
+        tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
+        examples = load_jsonl(cfg.data) if cfg.data else builtin_examples(4096, seed=cfg.seed)
+        sft = SftData(examples, tok, seq_len)
+        return Source(sft, sft.pad_id, {"kind": "sft", "data": cfg.data or "builtin", "items": len(sft)}), tok
+    folder = Path(cfg.data) if cfg.data else builtin_corpus(tokens_needed, cfg.seed, world)
+    data = TokenData(folder)
+    man = data.manifest
+    if tokenizer is None:
+        tokenizer = load_tokenizer(cfg.tokenizer or man.tokenizer)
+    check_same_tokenizer(folder, man, tokenizer)
+    if man.vocab_size > model_cfg.vocab_size:
+        raise DataError(
+            f"{folder} was tokenised with {man.vocab_size:,} ids but the model has "
+            f"vocab_size={model_cfg.vocab_size:,}; prepare the data with the model's tokenizer"
+        )
+    seqs = PackedSequences(data, seq_len)
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else man.eod_id
+    desc = {"kind": "packed", "data": str(folder), "total_tokens": man.total_tokens, "items": len(seqs)}
+    return Source(seqs, pad, desc), tokenizer
+
+
+def tokenizer_spec(tokenizer: ByteTokenizer | HFTokenizer) -> str:
+    """How a run records its tokenizer: ``byte`` or the ``tokenizer.json`` path."""
+    return "byte" if isinstance(tokenizer, ByteTokenizer) else str(tokenizer.path)
