@@ -31,6 +31,7 @@ demo: $(STAMP)
 	$(BIN)/headprobe demo
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -13,8 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.attention import Backend
-from headprobe.model.config import LayerType
+from headprobe.model.config import Backend, LayerType
 
 
 class TrainError(ValueError):

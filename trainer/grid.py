@@ -43,6 +43,40 @@ def is_finished(folder: Path) -> bool:
     return (folder / "final" / "config.json").is_file() and (folder / RESULT_FILE).is_file()
 
 
+def _stage_config(
+    member: str, stage: str, folder: Path, previous: Path | None, plan: dict[str, Any], cpt_freeze: str | None,
+    overrides: dict[str, Any] | None,
+) -> TrainConfig:  # fmt: skip
+    """The recipe's settings for one stage of one member, with the overrides (a length override replaces
+    the recipe's steps or tokens)."""
+    settings = dict(plan[stage])
+    if overrides and ({"steps", "tokens"} & set(overrides)):
+        settings.pop("steps", None)
+        settings.pop("tokens", None)
+    settings.update(overrides or {})
+    return TrainConfig(
+        stage=stage,  # type: ignore[arg-type]
+        preset=member if stage == "pt" else None,
+        init=None if stage == "pt" else str(previous),
+        out=str(folder),
+        resume=True,
+        freeze=cpt_freeze if stage == "cpt" else None,  # type: ignore[arg-type]
+        **settings,
+    )
+
+
+def _check_choice(scale: str, members: list[str] | None, stages: list[str] | None) -> tuple[list[str], list[str]]:
+    names = list_presets(scale)
+    chosen = names if not members else [m if m.startswith(f"{scale}-") else f"{scale}-{m}" for m in members]
+    unknown = sorted(set(chosen) - set(names))
+    if unknown:
+        raise TrainError(f"unknown members {unknown} for scale {scale}; available: {', '.join(names)}")
+    bad = [s for s in stages or STAGES if s not in STAGES]
+    if bad:
+        raise TrainError(f"unknown stages {bad}; choose from {', '.join(STAGES)}")
+    return chosen, [s for s in STAGES if s in (stages or STAGES)]
+
+
 def run_grid(
     scale: str,
     runs: str | Path,
@@ -62,22 +96,12 @@ def run_grid(
     main = int(os.environ.get("RANK", "0")) == 0
     if not main:
         log = lambda _msg: None  # noqa: E731
-    names = list_presets(scale)
-    chosen = names if not members else [m if m.startswith(f"{scale}-") else f"{scale}-{m}" for m in members]
-    unknown = sorted(set(chosen) - set(names))
-    if unknown:
-        raise TrainError(f"unknown members {unknown} for scale {scale}; available: {', '.join(names)}")
-    stages = list(stages or STAGES)
-    bad = [s for s in stages if s not in STAGES]
-    if bad:
-        raise TrainError(f"unknown stages {bad}; choose from {', '.join(STAGES)}")
-    order = [s for s in STAGES if s in stages]
+    chosen, order = _check_choice(scale, members, stages)
     plan = recipe(scale)["stages"]
     manifest_path = runs / "manifest.json"
     manifest: dict[str, Any] = {"scale": scale, "cpt_freeze": cpt_freeze, "members": {}}
     if manifest_path.is_file():
         manifest["members"] = json.loads(manifest_path.read_text()).get("members", {})
-
     for member in chosen:
         previous: Path | None = None
         for stage in STAGES:
@@ -93,33 +117,18 @@ def run_grid(
             if is_finished(folder):
                 log(f"{member} {stage}: finished earlier, skipping")
             else:
-                settings = dict(plan[stage])
-                if overrides and ({"steps", "tokens"} & set(overrides)):  # the override sets the length
-                    settings.pop("steps", None)
-                    settings.pop("tokens", None)
-                settings.update(overrides or {})
-                cfg = TrainConfig(
-                    stage=stage,  # type: ignore[arg-type]
-                    preset=member if stage == "pt" else None,
-                    init=None if stage == "pt" else str(previous),
-                    out=str(folder),
-                    resume=True,
-                    freeze=cpt_freeze if stage == "cpt" else None,
-                    **settings,
-                )
                 log(f"{member} {stage}: training into {folder}")
-                result = run_stage(cfg)
-                if result.interrupted:
+                if run_stage(_stage_config(member, stage, folder, previous, plan, cpt_freeze, overrides)).interrupted:
                     log(f"{member} {stage}: interrupted; rerun the same command to continue")
                     if main:
                         _write_manifest(manifest_path, manifest)
                     return manifest
-            result_data = json.loads((folder / RESULT_FILE).read_text())
+            result = json.loads((folder / RESULT_FILE).read_text())
             manifest["members"].setdefault(member, {})[stage] = {
                 "checkpoint": str(folder / "final"),
-                "tokens": result_data["tokens"],
-                "steps": result_data["steps"],
-                "final_loss": result_data["final_loss"],
+                "tokens": result["tokens"],
+                "steps": result["steps"],
+                "final_loss": result["final_loss"],
             }
             if main:
                 _write_manifest(manifest_path, manifest)

@@ -29,33 +29,16 @@ import functools
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from headprobe.model.config import Backend
 from headprobe.model.masks import CausalMask, KeyPadding
 
 MAX_PADDED_Q_LEN = 64
-
-
-class Backend(str, Enum):
-    """The attention backends (see the module docstring); ``AUTO`` picks the fastest that can run a call."""
-
-    AUTO = "auto"
-    REFERENCE = "reference"
-    SDPA = "sdpa"
-    FLEX = "flex"
-    FLASH = "flash"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def _missing_(cls, value: object) -> Backend:
-        raise ValueError(f"unknown attention backend {value!r}; choose one of {[b.value for b in cls]}")
 
 
 class AttentionBackendError(RuntimeError):

@@ -95,18 +95,7 @@ def _read_weights(file: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     return tensors, metadata
 
 
-def load_checkpoint(
-    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
-) -> tuple[Transformer, ByteTokenizer | HFTokenizer]:
-    """Load a checkpoint folder into a :class:`Transformer` (in eval mode) and its tokenizer.
-
-    The model keeps the dtype its weights were saved in unless ``dtype`` is given.
-
-    Raises:
-        CheckpointError: the folder or a file is missing, the weights are damaged, or they do not
-            match ``config.json`` (each problem is named with the file it concerns).
-    """
-    path = Path(path)
+def _read_config(path: Path) -> ModelConfig:
     if not path.is_dir():
         raise CheckpointError(
             f"checkpoint folder {path} does not exist (expected a folder with {CONFIG_FILE} and {WEIGHTS_FILE})"
@@ -115,19 +104,20 @@ def load_checkpoint(
         if not (path / name).is_file():
             raise CheckpointError(f"{path / name} is missing: {path} is not a complete checkpoint")
     try:
-        cfg = ModelConfig.from_json((path / CONFIG_FILE).read_text())
+        return ModelConfig.from_json((path / CONFIG_FILE).read_text())
     except (ConfigError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path / CONFIG_FILE}: {err}") from None
 
+
+def _check_integrity(path: Path, cfg: ModelConfig, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
+    """Every tensor passes its CRC-32, and the head layout the weights were saved with is the config's."""
     weights_file = path / WEIGHTS_FILE
-    tensors, metadata = _read_weights(weights_file)
     damaged = [k for k, t in tensors.items() if f"crc32:{k}" in metadata and metadata[f"crc32:{k}"] != _crc32(t)]
     if damaged:
         raise CheckpointError(
             f"{weights_file}: tensors {damaged[:5]} fail their CRC-32 check; the file is corrupted. "
             "Restore it from a copy."
         )
-
     if "layout" in metadata:
         saved = json.loads(metadata["layout"])
         diff = [f"{k}: weights {saved.get(k)!r} vs config {v!r}" for k, v in _layout(cfg).items() if saved.get(k) != v]
@@ -138,8 +128,9 @@ def load_checkpoint(
                 + ". The weights were saved from a different configuration; restore its config.json."
             )
 
-    model = Transformer(cfg)
-    expected = _weights(model)
+
+def _check_shapes(path: Path, cfg: ModelConfig, tensors: dict[str, Tensor], expected: dict[str, Tensor]) -> None:
+    """The file holds exactly the model's tensors, each of the config's shape."""
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     wrong = [
@@ -156,10 +147,29 @@ def load_checkpoint(
         if unexpected:
             parts.append(f"unexpected tensors: {unexpected[:5]}")
         raise CheckpointError(
-            f"{weights_file} does not match {path / CONFIG_FILE} ({cfg.name or 'custom'}): "
+            f"{path / WEIGHTS_FILE} does not match {path / CONFIG_FILE} ({cfg.name or 'custom'}): "
             + " | ".join(parts)
             + ". The weights were saved from a different configuration."
         )
+
+
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> tuple[Transformer, ByteTokenizer | HFTokenizer]:
+    """Load a checkpoint folder into a :class:`Transformer` (in eval mode) and its tokenizer.
+
+    The model keeps the dtype its weights were saved in unless ``dtype`` is given.
+
+    Raises:
+        CheckpointError: the folder or a file is missing, the weights are damaged, or they do not
+            match ``config.json`` (each problem is named with the file it concerns).
+    """
+    path = Path(path)
+    cfg = _read_config(path)
+    tensors, metadata = _read_weights(path / WEIGHTS_FILE)
+    _check_integrity(path, cfg, tensors, metadata)
+    model = Transformer(cfg)
+    _check_shapes(path, cfg, tensors, _weights(model))
     if dtype is None:  # keep the precision the weights were saved in
         dtype = next(iter(tensors.values())).dtype
     model.to(dtype=dtype)

@@ -29,6 +29,24 @@ class LayerType(str, Enum):
         return self.value
 
 
+class Backend(str, Enum):
+    """The attention backends of :mod:`headprobe.model.attention`; ``AUTO`` picks the fastest that can run a
+    call."""
+
+    AUTO = "auto"
+    REFERENCE = "reference"
+    SDPA = "sdpa"
+    FLEX = "flex"
+    FLASH = "flash"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> Backend:
+        raise ValueError(f"unknown attention backend {value!r}; choose one of {[b.value for b in cls]}")
+
+
 class ConfigError(ValueError):
     """A configuration value is out of range or inconsistent; the message names the field and the fix."""
 

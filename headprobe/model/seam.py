@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from headprobe.model.attention import Backend, attention
-from headprobe.model.config import LayerType
+from headprobe.model.attention import attention
+from headprobe.model.config import Backend, LayerType
 from headprobe.model.masks import CausalMask, KeyPadding
 
 

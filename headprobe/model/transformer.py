@@ -27,8 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from headprobe.model.attention import Backend
-from headprobe.model.config import AttentionConfig, LayerType, ModelConfig
+from headprobe.model.config import AttentionConfig, Backend, LayerType, ModelConfig
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
