@@ -13,34 +13,25 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.config import Backend, LayerType
+from headprobe.model.config import Backend, Choice, LayerType
 
 
 class TrainError(ValueError):
     """A training option is missing or inconsistent; the message names it (in backticks) and the fix."""
 
 
-class _Choice(str, Enum):
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def _missing_(cls, value: object) -> _Choice:
-        raise TrainError(f"unknown {cls.__name__.lower()} {value!r}; choose one of {', '.join(m.value for m in cls)}")
-
-
-class Stage(_Choice):
+class Stage(Choice, what="stage"):
     PT = "pt"  # pretraining from scratch
     CPT = "cpt"  # long-context continual pretraining from a checkpoint
     SFT = "sft"  # fine-tuning on prompt/response pairs
 
 
-class ScheduleKind(_Choice):
+class ScheduleKind(Choice, what="schedule"):
     COSINE = "cosine"
     WSD = "wsd"  # warmup, stable, decay
 
 
-class Freeze(_Choice):
+class Freeze(Choice, what="freeze"):
     """Which attention projections (q, k, v, o) stay fixed: the study's frozen-attention CPT."""
 
     ATTENTION = "attention"  # every layer's
@@ -54,14 +45,14 @@ class Freeze(_Choice):
         return (LayerType.FULL,) if self is Freeze.ATTENTION_FULL else (LayerType.SLIDING,)
 
 
-class Parallel(_Choice):
+class Parallel(Choice, what="parallelism"):
     AUTO = "auto"  # ddp when launched with more than one process
     NONE = "none"
     DDP = "ddp"
     FSDP = "fsdp"  # FSDP2
 
 
-class Precision(_Choice):
+class Precision(Choice, what="precision"):
     AUTO = "auto"  # bf16 autocast on CUDA, float32 on CPU
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"

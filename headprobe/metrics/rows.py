@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 from torch import Tensor
 
+from headprobe.model.config import Choice
 
-class RowKind(str, Enum):
+
+class RowKind(Choice, what="row selection"):
     ALL = "all"  # every position
     LAST = "last"  # the last n positions
     STRIDE = "stride"  # every n-th position, ending at the last
-
-    def __str__(self) -> str:
-        return self.value
 
 
 _SPEC = re.compile(r"^(all|last:(\d+)|stride:(\d+))$")
@@ -37,7 +35,7 @@ class Rows:
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", RowKind(self.kind))
         if self.kind is not RowKind.ALL and (not isinstance(self.n, int) or self.n < 1):
-            raise ValueError(f"rows {self.kind.value}:{self.n}: N must be a positive integer")
+            raise ValueError(f"`rows` {self.kind.value}:{self.n}: N must be a positive integer")
 
     @classmethod
     def parse(cls, spec: str | Rows | None) -> Rows:
@@ -48,7 +46,7 @@ class Rows:
             return cls()
         m = _SPEC.match(spec.strip())
         if not m:
-            raise ValueError(f"rows {spec!r}: expected all, last:N or stride:N (N a positive integer)")
+            raise ValueError(f"`rows` {spec!r}: expected all, last:N or stride:N (N a positive integer)")
         if m.group(1) == "all":
             return cls()
         return cls(RowKind.LAST, int(m.group(2))) if m.group(2) else cls(RowKind.STRIDE, int(m.group(3)))

@@ -18,18 +18,31 @@ from pathlib import Path
 from typing import Any
 
 
-class LayerType(str, Enum):
-    """The two kinds of attention layer. A ``str`` enum: ``LayerType.FULL == "full"``, and tables store
-    ``.value``."""
+class Choice(str, Enum):
+    """A typed choice among named values (a ``str`` enum): it prints and compares as its value
+    (``LayerType.FULL == "full"``), and an unknown value raises a ``ValueError`` naming the choices.
+    ``class Backend(Choice, what="attention backend")`` says what the value chooses, for that message."""
 
-    SLIDING = "sliding"  # sees a window of recent keys (AttentionConfig.window)
-    FULL = "full"  # sees every earlier key
+    def __init_subclass__(cls, what: str | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._label = what or cls.__name__.lower()
 
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def _missing_(cls, value: object) -> Choice:
+        raise ValueError(f"unknown {cls._label} {value!r}; choose one of {', '.join(m.value for m in cls)}")
 
-class Backend(str, Enum):
+
+class LayerType(Choice, what="layer type"):
+    """The two kinds of attention layer; tables store ``.value``."""
+
+    SLIDING = "sliding"  # sees a window of recent keys (AttentionConfig.window)
+    FULL = "full"  # sees every earlier key
+
+
+class Backend(Choice, what="attention backend"):
     """The attention backends of :mod:`headprobe.model.attention`; ``AUTO`` picks the fastest that can run a
     call."""
 
@@ -38,13 +51,6 @@ class Backend(str, Enum):
     SDPA = "sdpa"
     FLEX = "flex"
     FLASH = "flash"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def _missing_(cls, value: object) -> Backend:
-        raise ValueError(f"unknown attention backend {value!r}; choose one of {[b.value for b in cls]}")
 
 
 class ConfigError(ValueError):

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from enum import Enum
 
 import torch
 from torch import Tensor
+
+from headprobe.model.config import Choice
 
 COMPILE_THRESHOLD = 1 << 22  # rows x keys (e.g. 2K x 2K)
 NEG = -1e30  # stands in for -inf on masked scores: exp underflows to 0 and products stay finite
@@ -63,19 +64,12 @@ def tile_update(
 TileKernel = Callable[..., tuple[Tensor, ...]]
 
 
-class Tiles(str, Enum):
+class Tiles(Choice, what="tile kernel"):
     """Names of the tile kernels; ``AUTO`` picks by the size of the pass."""
 
     AUTO = "auto"
     EAGER = "eager"
     COMPILED = "compiled"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def _missing_(cls, value: object) -> Tiles:
-        raise ValueError(f"unknown tile kernel {value!r}; choose one of {[t.value for t in cls]}")
 
 
 @functools.lru_cache(maxsize=1)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from enum import Enum
+
+from headprobe.model.config import Choice
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -37,14 +38,11 @@ def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> fl
     return round(total / len(preds) * 100, 2)
 
 
-class Scorer(str, Enum):
+class Scorer(Choice, what="RULER metric"):
     """RULER's two metrics, by their RULER names; ``Scorer.MATCH_ALL(preds, refs)`` scores (0-100)."""
 
     MATCH_ALL = "string_match_all"  # every reference counts (partial credit)
     MATCH_PART = "string_match_part"  # any reference counts
-
-    def __str__(self) -> str:
-        return self.value
 
     def __call__(self, preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
         return string_match_all(preds, refs) if self is Scorer.MATCH_ALL else string_match_part(preds, refs)

@@ -90,14 +90,14 @@ def chat_wrapper(model_dir: str | Path | None) -> str:
     """A local model's chat template as a wrapper (rendered by transformers, offline)."""
     if model_dir is None or not (Path(model_dir) / "tokenizer_config.json").is_file():
         raise ValueError(
-            f"--wrapper chat needs a model folder with tokenizer_config.json (got {model_dir}); give the "
-            "wrapper string instead, e.g. --wrapper '<|user|>\\n{task_template}<|assistant|>\\n'"
+            f"`wrapper` chat needs a model folder with tokenizer_config.json (got {model_dir}); give the "
+            "wrapper string instead, e.g. `wrapper` '<|user|>\\n{task_template}<|assistant|>\\n'"
         )
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     if not getattr(tok, "chat_template", None):
-        raise ValueError(f"{model_dir}/tokenizer_config.json has no chat_template; use --wrapper base or a string")
+        raise ValueError(f"{model_dir}/tokenizer_config.json has no chat_template; use `wrapper` base or a string")
     marker = "\x00HEADPROBE_TASK\x00"
     text = tok.apply_chat_template([{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True)
     if text.count(marker) != 1:
