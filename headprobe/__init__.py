@@ -1,20 +1,38 @@
 """headprobe: how the shape of attention heads decides long-context retrieval.
 
-``headprobe.load_model(path)`` opens our checkpoints and local Hugging Face models for analysis
-(see :mod:`headprobe.probe`); the metrics live in :mod:`headprobe.metrics`, the streaming engine in
-:mod:`headprobe.stats`.
+    import headprobe as hp
+
+    net = hp.model.Transformer(hp.model.preset("toy-k64v16"))     # the model family
+    model = hp.load_model("runs/grid/toy-d64/sft/final")           # ours, or a local Hugging Face folder
+    report = hp.analyze([...checkpoints], "results/analyze", metrics=["entropy"], lengths=[4096])
+    report.table("entropy")                                        # a tidy table over every model
+
+Packages, bottom to top (each imports only those below it; see docs/index.md): ``model`` (the model
+family), ``text`` and ``results`` (offline text; the results format), ``probe`` (models as the analyses
+see them), ``stats`` (the streaming engine), ``metrics``, ``runs`` (job plumbing), ``analysis`` /
+``evals`` (the jobs), ``cli`` (the command line).
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
-__all__ = ["ProbedModel", "load_model"]
+_EXPORTS = {
+    "load_model": "headprobe.probe",
+    "ProbedModel": "headprobe.probe",
+    "analyze": "headprobe.analysis",
+    "AnalyzeSettings": "headprobe.analysis",
+    "read_table": "headprobe.results",
+    "collect": "headprobe.results",
+}
+_PACKAGES = ("model", "text", "results", "probe", "stats", "metrics", "runs", "analysis", "evals", "testing")
+__all__ = sorted([*_EXPORTS, *_PACKAGES])
 
 
-def __getattr__(name: str) -> Any:  # lazy: keep `headprobe plan` and friends quick to start
-    if name in __all__:
-        from headprobe import probe
-
-        return getattr(probe, name)
+def __getattr__(name: str) -> Any:  # lazy: `headprobe plan` and `headprobe --help` stay quick to start
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    if name in _PACKAGES:
+        return import_module(f"headprobe.{name}")
     raise AttributeError(f"module 'headprobe' has no attribute {name!r}")
