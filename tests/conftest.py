@@ -26,3 +26,12 @@ def _corpus_cache(tmp_path_factory):
         os.environ.pop("HEADPROBE_CACHE", None)
     else:
         os.environ["HEADPROBE_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def hf_models(tmp_path_factory):
+    """One random-weight toy model of each Hugging Face architecture, built once per session (read only)."""
+    from headprobe.testing import ARCHS, build_toy_hf_model
+
+    root = tmp_path_factory.mktemp("hf")
+    return {a: build_toy_hf_model(a, root / a, layers=6 if a == "gemma3" else 4) for a in ARCHS}

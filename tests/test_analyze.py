@@ -19,18 +19,18 @@ from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe import load_model
 from headprobe.results import read_meta, read_table
-from headprobe.testing import build_toy_hf_model, tiny_config
+from headprobe.testing import tiny_config
 from headprobe.text.haystack import text_inputs
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
+def checkpoints(tmp_path_factory, hf_models):
     root = tmp_path_factory.mktemp("ckpts")
     torch.manual_seed(0)
     ours = save_checkpoint(Transformer(tiny_config(vocab_size=264)), root / "tiny")
-    hf = build_toy_hf_model("qwen2", root / "qwen2", layers=4)
+    hf = hf_models["qwen2"]
     return ours, hf
 
 

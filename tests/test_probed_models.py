@@ -10,13 +10,7 @@ from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe import HeadprobeModel, HFModel, ModelLoadError, load_model
 from headprobe.stats import attention_stats
-from headprobe.testing import ARCHS, build_toy_hf_model, tiny_config
-
-
-@pytest.fixture(scope="module")
-def hf_models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    return {a: build_toy_hf_model(a, root / a, layers=6 if a == "gemma3" else 4) for a in ARCHS}
+from headprobe.testing import ARCHS, tiny_config
 
 
 def test_our_checkpoint(tmp_path):
@@ -162,3 +156,22 @@ def test_hf_probes_belong_to_their_model(hf_models):
         position = 11 + step
         want = position + 1 if windows[layer] is None else min(position + 1, windows[layer])
         assert k_len == want and key_start == position + 1 - k_len
+
+
+def test_prompt_start_follows_how_each_model_was_trained(tmp_path, hf_models):
+    """Our checkpoints never saw a BOS in training: their prompts start with the text. An HF model's
+    start with what its tokenizer file adds by default: the BOS for the Llama-, Mistral- and Gemma-style
+    toy tokenizers (as for the real families), nothing for the Qwen-style ones."""
+    from headprobe.model.checkpoint import save_checkpoint
+
+    save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ours")
+    ours = load_model(tmp_path / "ours")
+    assert ours.prompt_start == [] and ours.encode_prompt("Hi") == [72, 105]
+    for arch in ARCHS:
+        model = load_model(hf_models[arch])
+        bos = model.tokenizer.bos_id
+        want = [bos] if arch in ("llama", "mistral", "gemma3") else []
+        assert model.prompt_start == want, arch
+        text_ids = model.tokenizer.encode("the key")
+        assert model.encode_prompt("the key") == want + text_ids
+        assert model.encode_prompt("<s>the key") == model.tokenizer.encode("<s>the key")  # no second BOS

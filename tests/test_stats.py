@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference import dense_stats
+from reference import dense_probs, dense_stats
 
 from headprobe.stats import TILE_KERNELS, attention_stats
 
@@ -53,12 +53,11 @@ def test_topk_indices_are_the_largest_probabilities():
     q = torch.randn(1, 2, 30, 8, dtype=torch.float64)
     k = torch.randn(1, 2, 30, 8, dtype=torch.float64)
     st = attention_stats(q, k, window=12, topk=5, chunk=4)
-    s = (q @ k.transpose(-1, -2)) * 8**-0.5
+    p = dense_probs(q, k, 12, 8**-0.5)
     for hd in range(2):
         for row in range(30):
             lo = max(0, row - 11)
-            ref = torch.softmax(s[0, hd, row, lo : row + 1], -1)
-            order = torch.argsort(ref, descending=True)[:5] + lo
+            order = torch.argsort(p[0, hd, row, lo : row + 1], descending=True)[:5] + lo
             n = min(5, row + 1 - lo)
             assert st.topk_idx[0, hd, row, :n].tolist() == order[:n].tolist()
             assert st.topk_idx[0, hd, row, n:].tolist() == [-1] * (5 - n)

@@ -47,7 +47,7 @@ class AnalyzeSettings:
         try:
             self.rows = Rows.parse(self.rows)
         except ValueError as err:
-            raise AnalysisError(f"`rows`: {err}") from None
+            raise AnalysisError(str(err)) from None
 
     @property
     def row_selection(self) -> Rows:

@@ -62,16 +62,17 @@ def analyze(
 ) -> None:
     """Per-head retrieval scores, attention entropy, token reordering and per-layer effective rank,
     exact and without any L x L matrix; tidy Parquet tables per checkpoint."""
-    from headprobe.analysis import AnalysisError, AnalyzeSettings
+    from headprobe.analysis import AnalyzeSettings
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
+    from headprobe.metrics import Rows
 
     try:
         settings = AnalyzeSettings(
             metrics=words(metrics),
             lengths=ints(lengths),
             samples=samples,
-            rows=rows,
+            rows=Rows.parse(rows),
             topk=topk,
             seed=seed,
             max_new_tokens=max_new_tokens,
@@ -79,7 +80,7 @@ def analyze(
             dtype=dtype,
         )
         settings.validate()
-    except AnalysisError as err:
+    except ValueError as err:  # AnalysisError, or a rows spec that does not parse
         raise fail(err, ctx) from None
     with progress_bar("analyze", ctx, enabled=progress) as bar:
         report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)

@@ -107,6 +107,15 @@ def _export_command(plugin: Any):
     return export
 
 
+def _with_bar(plugin: Any, ctx: typer.Context, title: str, work: Any) -> Any:
+    """``work(report)`` with a progress bar on a terminal; the plugin's errors become a message (exit 2)."""
+    try:
+        with progress_bar(title, ctx, enabled=sys.stderr.isatty(), info=True) as bar:
+            return work(bar.report)
+    except (*plugin.errors, ValueError) as err:
+        raise fail(err, ctx) from None
+
+
 def _data_commands(plugin: Any, app: typer.Typer) -> None:
     @app.command("prepare")
     def prepare(
@@ -117,11 +126,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         dtype: Annotated[str, typer.Option(help="auto | uint16 | uint32")] = "auto",
     ) -> None:
         """Tokenise local files into memory-mapped shards plus a manifest."""
-        try:
-            with progress_bar("prepare", ctx, enabled=sys.stderr.isatty(), info=True) as bar:
-                man = plugin.prepare(sources, tokenizer, out, dtype, bar.report)
-        except (*plugin.errors, ValueError) as err:
-            raise fail(err, ctx) from None
+        man = _with_bar(plugin, ctx, "prepare", lambda report: plugin.prepare(sources, tokenizer, out, dtype, report))
         typer.echo(f"{out}: {man.total_tokens:,} tokens in {len(man.shards)} shard(s) from {man.documents:,} documents")
 
     @app.command("synth")
@@ -133,11 +138,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
     ) -> None:
         """Generate the built-in offline corpus (prose plus retrieval documents)."""
-        try:
-            with progress_bar("synth", ctx, enabled=sys.stderr.isatty(), info=True) as bar:
-                man = plugin.synth(tokens, out, tokenizer, seed, bar.report)
-        except (*plugin.errors, ValueError) as err:
-            raise fail(err, ctx) from None
+        man = _with_bar(plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report))
         kinds = ", ".join(f"{k} {v}" for k, v in man.extra["documents_by_kind"].items())
         typer.echo(f"{out}: {man.total_tokens:,} tokens, {man.documents:,} documents ({kinds})")
 
