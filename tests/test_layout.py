@@ -64,3 +64,35 @@ def test_light_modules_do_not_pull_in_torch(module):
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_every_result_table_is_documented_with_its_columns():
+    """docs/results.md lists every Schema defined in headprobe (found by importing every module), with
+    every column."""
+    import importlib
+    import pkgutil
+
+    import headprobe
+    from headprobe.results import Schema
+
+    schemas = {}
+    for info in pkgutil.walk_packages(headprobe.__path__, "headprobe."):
+        module = importlib.import_module(info.name)
+        schemas |= {s.table: s for s in vars(module).values() if isinstance(s, Schema)}
+    assert {"entropy", "retrieval", "analysis_summary", "ruler_scores", "shortctx_items"} <= set(schemas)
+    docs = (ROOT / "docs" / "results.md").read_text()
+    for table, schema in schemas.items():
+        line = next((ln for ln in docs.splitlines() if ln.startswith(f"- **`{table}`**")), None)
+        assert line is not None, f"docs/results.md does not list the table {table}"
+        missing = [c.name for c in schema.columns if f"`{c.name}`" not in line]
+        assert not missing, f"docs/results.md: {table} lacks the columns {missing}"
+
+
+def test_docs_index_lists_every_module():
+    """docs/index.md's layout has a line for every module of the two packages."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    modules = [
+        p.relative_to(ROOT).as_posix() for p in _sources(*PACKAGES) if p.name not in ("__init__.py", "__main__.py")
+    ]
+    missing = [m for m in modules if f"| `{m}` |" not in index]
+    assert not missing, f"docs/index.md does not list {missing}"
