@@ -110,7 +110,7 @@ def analyze_checkpoint(
                 progress.advance()
     schemas = [schema for m in metrics for schema in m.tables]
     tables = {t.table: parts.gather(t.table, [str(n) for n in s.lengths]) for t in schemas}
-    summary = summarize(name, tables)
+    summary = summarize(name, tables, metrics)
     write_results(
         folder, name, path, s.to_dict(), [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)]
     )

@@ -2,41 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 
 from headprobe.cli.common import DTYPE_HELP, fail, gib, ints, say_error, words
-
-
-def _means(part: pd.DataFrame) -> str:
-    stats = part[part.statistic == "mean"].set_index("layer_type")["value"]
-    by_type = ", ".join(f"{t} {v:.3f}" for t, v in stats.items() if t != "all")
-    return f"mean {stats['all']:.3f} ({by_type})"
-
-
-def _retrieval(part: pd.DataFrame) -> str:
-    everything = part[part.layer_type == "all"].set_index("statistic")["value"]
-    return (
-        f"{int(everything['n_kept'])}/{int(everything['n_samples'])} samples kept, "
-        f"{int(everything['retrieval_heads'])} retrieval heads ({everything['fraction']:.1%})"
-    )
-
-
-def _erank(part: pd.DataFrame) -> str:
-    values = part[part.statistic == "erank"].sort_values("layer")["value"].tolist()
-    return f"effective rank {values[0]:.1f} (embedding) -> {values[-1]:.1f} (last block)"
-
-
-LINES: dict[str, Callable[[pd.DataFrame], str]] = {
-    "entropy": _means,
-    "reordering": _means,
-    "retrieval": _retrieval,
-    "erank": _erank,
-}
 
 
 def analyze(
@@ -65,7 +36,7 @@ def analyze(
     from headprobe.analysis import AnalyzeSettings
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
-    from headprobe.metrics import Rows
+    from headprobe.metrics import METRICS, Rows
 
     try:
         settings = AnalyzeSettings(
@@ -87,7 +58,7 @@ def analyze(
     for name, summary in report.results.items():
         typer.echo(f"{name}: {out / name}")
         for (metric, length), part in summary.groupby(["metric", "length"], sort=False):
-            typer.echo(f"  {metric:10s} L={length:>7}: {LINES[metric](part)}")
+            typer.echo(f"  {metric:10s} L={length:>7}: {METRICS[metric].headline(part)}")
     for name, message in report.errors.items():
         say_error(f"{name}: {message}", ctx)
     if report.errors:

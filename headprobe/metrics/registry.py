@@ -11,13 +11,24 @@ The analysis job (:mod:`headprobe.analysis`) walks :data:`METRICS`; adding a met
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+import pandas as pd
 
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.erank import ERANK, ErankCollector
 from headprobe.metrics.passes import Collector
 from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_SAMPLES, RetrievalScores, score_prompts
+from headprobe.metrics.summaries import (
+    SummaryRow,
+    erank_headline,
+    erank_rows,
+    mean_headline,
+    mean_rows,
+    retrieval_headline,
+    retrieval_rows,
+)
 from headprobe.model.config import LayerInfo
 from headprobe.probe.base import ProbedModel
 from headprobe.results import Schema
@@ -35,6 +46,8 @@ class PassMetric:
             haystack and dtype (which every metric depends on); part of each item's resume key.
         pooled: one table per length pooled over the samples (else one per sample, with a ``sample`` column).
         collector: ``(layers, topk) -> Collector`` for one sample (or one length when pooled).
+        summary: the summary rows of its (first) table (:mod:`headprobe.metrics.summaries`).
+        headline: one line from its summary rows at one length.
         min_topk: the smallest ``topk`` setting it accepts.
         description: one line for help texts.
     """
@@ -44,6 +57,8 @@ class PassMetric:
     settings: tuple[str, ...]
     pooled: bool
     collector: Callable[[list[LayerInfo], int], Collector]
+    summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
+    headline: Callable[[pd.DataFrame], str]
     min_topk: int = 0
     description: str = ""
 
@@ -53,7 +68,7 @@ class DecodeMetric:
     """A metric of greedy decoding of needle prompts.
 
     Attributes:
-        name, tables, settings, description: as for :class:`PassMetric`.
+        name, tables, settings, summary, headline, description: as for :class:`PassMetric`.
         compute: ``(model, prompts, max_new_tokens) -> RetrievalScores`` (the head table, the sample table).
     """
 
@@ -61,6 +76,8 @@ class DecodeMetric:
     tables: tuple[Schema, ...]
     settings: tuple[str, ...]
     compute: Callable[[ProbedModel, Sequence[NeedlePrompt], int], RetrievalScores]
+    summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
+    headline: Callable[[pd.DataFrame], str]
     description: str = ""
 
 
@@ -74,6 +91,8 @@ METRICS: dict[str, Metric] = {
             (RETRIEVAL, RETRIEVAL_SAMPLES),
             ("max_new_tokens",),
             lambda model, prompts, new: score_prompts(model, prompts, new),
+            retrieval_rows,
+            retrieval_headline,
             "Wu et al.'s retrieval score per head, from needle prompts",
         ),
         PassMetric(
@@ -82,6 +101,8 @@ METRICS: dict[str, Metric] = {
             ("rows",),
             pooled=False,
             collector=lambda layers, topk: EntropyCollector(layers),
+            summary=mean_rows,
+            headline=mean_headline,
             description="attention entropy per head (nats), normalised entropy, max probability, mean distance",
         ),
         PassMetric(
@@ -90,6 +111,8 @@ METRICS: dict[str, Metric] = {
             ("rows", "topk"),
             pooled=False,
             collector=lambda layers, topk: ReorderingCollector(layers, topk),
+            summary=mean_rows,
+            headline=mean_headline,
             min_topk=2,
             description="token reordering per head: Kendall distance of top-k attention order vs recency",
         ),
@@ -99,6 +122,8 @@ METRICS: dict[str, Metric] = {
             ("rows",),
             pooled=True,
             collector=lambda layers, topk: ErankCollector(layers),
+            summary=erank_rows,
+            headline=erank_headline,
             description="effective rank of the residual stream per layer",
         ),
     )
