@@ -54,7 +54,8 @@ _KINDS = {
 
 @dataclass(frozen=True)
 class Schema:
-    """The columns a table must have, in the order they are written (extra columns follow)."""
+    """The columns a table must have, in the order they are written (a ``model`` column first, extra
+    columns after)."""
 
     table: str
     columns: tuple[Column, ...]
@@ -77,8 +78,9 @@ class Schema:
             ]
             if wrong:
                 raise ResultsError(f"table {self.table!r} has mistyped columns: {', '.join(wrong)}")
-        extra = [c for c in frame.columns if c not in self.names]
-        return frame[self.names + extra]
+        lead = [c for c in ("model",) if c in frame.columns and c not in self.names]  # who the rows describe
+        extra = [c for c in frame.columns if c not in self.names and c not in lead]
+        return frame[lead + self.names + extra]
 
     def empty(self) -> pd.DataFrame:
         return pd.DataFrame({c: [] for c in self.names})
