@@ -296,3 +296,32 @@ def test_compiled_blocks_train_like_eager_ones(tmp_path, model_config):
     train(quick(tmp_path / "eager", model_config, steps=3))
     train(quick(tmp_path / "compiled", model_config, steps=3, compile=True))
     np.testing.assert_allclose(losses(tmp_path / "compiled"), losses(tmp_path / "eager"), rtol=1e-5)
+
+
+def test_train_step_reports_the_mean_token_loss_of_its_batch(tmp_path, model_config):
+    """Trainer.train_step(0) on its own: the loss it reports is the mean cross-entropy of the step's batch
+    under the weights before the step (computed here from the batch, independently of the loop), split
+    into micro-batches or not."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from trainer.distributed import init_world
+    from trainer.train import Trainer
+
+    for micro in (None, 1):
+        cfg = quick(tmp_path / f"run-{micro}", model_config, micro_batch_size=micro)
+        trainer = Trainer(cfg, init_world("cpu")).setup()
+        before = copy.deepcopy(trainer.model).eval()
+        batch = trainer.source.batch(trainer.sampler.shard(0, 0, 1))
+        x, y = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
+        m = torch.from_numpy(batch.loss_mask)
+        with torch.no_grad():
+            logits = before(x).double()
+        want = (F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none") * m.flatten()).sum() / m.sum()
+        stats = trainer.train_step(0)
+        assert stats.loss == pytest.approx(float(want), rel=1e-5)
+        assert stats.tokens == 4 * 64 and stats.positions == x.numel() and stats.grad_norm > 0
+        pairs = zip(before.parameters(), trainer.model.parameters(), strict=True)
+        changed = any(not torch.equal(a, b) for a, b in pairs)
+        assert changed  # the optimizer stepped
