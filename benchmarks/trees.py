@@ -174,6 +174,7 @@ def report(rows, before: Path, after: Path, rounds: int, commits: tuple[str, str
         "| measurement | time before | time after | time ratio | peak before | peak after | peak ratio |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    lines[4:4] = [_spread(rows), ""]
     for label, kind, a, b in rows:
         if kind == "calibration":
             label = f"{label} (before vs before: the noise)"
@@ -182,6 +183,25 @@ def report(rows, before: Path, after: Path, rounds: int, commits: tuple[str, str
             f"{_fmt(a, 'peak_bytes')} | {_fmt(b, 'peak_bytes')} | {_ratio(a, b, 'peak_bytes')} |"
         )
     return "\n".join(lines)
+
+
+def _spread(rows) -> str:
+    """One sentence: the range of the time ratios, and how far the same tree measured against itself."""
+
+    def ratios(calibration: bool) -> list[float]:
+        return [
+            b["seconds"] / a["seconds"]
+            for _, kind, a, b in rows
+            if (kind == "calibration") == calibration and "error" not in a and "error" not in b
+        ]
+
+    main, noise = ratios(False), ratios(True)
+    if not main:
+        return "No measurement succeeded."
+    text = f"Time ratios after / before range from {min(main):.2f} to {max(main):.2f}"
+    if noise:
+        text += f"; the same tree measured against itself gave {', '.join(f'{r:.2f}' for r in noise)}"
+    return text + "."
 
 
 def _commit(tree: Path) -> str:

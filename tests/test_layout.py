@@ -96,3 +96,17 @@ def test_docs_index_lists_every_module():
     ]
     missing = [m for m in modules if f"| `{m}` |" not in index]
     assert not missing, f"docs/index.md does not list {missing}"
+
+
+def test_only_the_command_line_draws():
+    """The library reports progress through headprobe.runs.Progress (or a callback) and errors in library
+    terms; only headprobe/cli imports the UI libraries."""
+    ui = {"rich", "typer", "tqdm", "click"}
+    drawing = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _sources(*PACKAGES)
+        if "cli" not in path.relative_to(ROOT).parts
+        for name in _imports(path)
+        if name.split(".")[0] in ui
+    ]
+    assert not drawing, drawing
