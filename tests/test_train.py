@@ -325,3 +325,15 @@ def test_train_step_reports_the_mean_token_loss_of_its_batch(tmp_path, model_con
         pairs = zip(before.parameters(), trainer.model.parameters(), strict=True)
         changed = any(not torch.equal(a, b) for a, b in pairs)
         assert changed  # the optimizer stepped
+
+
+def test_threads_apply_during_the_run_and_are_restored(tmp_path, model_config, monkeypatch):
+    seen = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (seen.append(n), real(n)))
+    before = torch.get_num_threads()
+    train(quick(tmp_path / "run", model_config, steps=1, threads=1))
+    assert seen == [1, before] and torch.get_num_threads() == before
+    assert json.loads((tmp_path / "run" / "train_config.json").read_text())["threads"] == 1
+    with pytest.raises(TrainError, match="`threads` must be >= 1"):
+        train(quick(tmp_path / "run2", model_config, threads=0))

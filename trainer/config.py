@@ -115,6 +115,9 @@ class TrainConfig:
     activation_checkpointing: bool = field(default=False, metadata=_help("recompute blocks in backward (less memory)"))
     attention_backend: Backend = field(default=Backend.AUTO, metadata=_help("auto, sdpa, flex, flash or reference"))
     device: str = field(default="auto", metadata=_help("auto, cpu or cuda"))
+    threads: int | None = field(
+        default=None, metadata=_help("CPU threads per process for torch (default: torch's choice)")
+    )
     dtype: Precision = field(
         default=Precision.AUTO, metadata=_help("auto (bf16 autocast on CUDA), float32 or bfloat16")
     )

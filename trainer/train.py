@@ -265,11 +265,17 @@ class Trainer:
 
 def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> TrainResult:
     """Run one stage; see the module docstring. Safe to interrupt (Ctrl-C / SIGTERM save and stop)."""
+    if cfg.threads is not None and cfg.threads < 1:
+        raise TrainError("`threads` must be >= 1")
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     world = init_world(cfg.device)
     try:
         return Trainer(cfg, world, on_step if cfg.progress else None).setup().run()
     finally:
         shutdown()
+        torch.set_num_threads(threads)  # a library call leaves the process as it found it
 
 
 def export_final(model: torch.nn.Module, cfg: ModelConfig, tokenizer, path: Path, world: World) -> None:
