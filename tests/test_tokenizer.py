@@ -34,3 +34,28 @@ def test_tokenizer_errors(tmp_path):
     bad.write_text("{}")
     with pytest.raises(ValueError, match=r"not a valid tokenizer\.json"):
         load_tokenizer(bad)
+
+
+def test_byte_offsets_and_span_masks_hand_worked():
+    from headprobe.model.tokenizer import encode_spans
+
+    tok = ByteTokenizer()
+    ids, offsets = tok.encode_offsets("hé!")
+    assert ids == [104, 0xC3, 0xA9, 33] and offsets == [(0, 1), (1, 2), (1, 2), (2, 3)]
+    assert encode_spans(tok, "hé!", [(1, 2)]) == (ids, [False, True, True, False])
+    assert encode_spans(tok, "hé!", [(0, 1), (2, 3)])[1] == [True, False, False, True]
+    assert encode_spans(tok, "hé!", [])[1] == [False] * 4
+
+
+def test_bpe_offsets_cover_the_text_and_masks_follow_them(tmp_path):
+    from headprobe.model.tokenizer import encode_spans
+
+    tok = load_tokenizer(build_toy_bpe(tmp_path / "tokenizer.json"))
+    text = "the key for the north door is 4471. Answer: 4471"
+    ids, offsets = tok.encode_offsets(text)
+    assert ids == tok.encode(text)
+    assert "".join(text[a:b] for a, b in offsets) == text  # the tokens tile the text
+    start = text.rindex(" 4471")
+    ids, mask = encode_spans(tok, text, [(start, len(text))])
+    assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == " 4471"
+    assert not any(mask[: len(tok.encode(text[:start]))])

@@ -7,6 +7,7 @@ Both provide ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -22,6 +23,8 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
 
     def decode(self, ids: list[int]) -> str: ...
 
@@ -48,6 +51,16 @@ class ByteTokenizer:
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [list(t.encode("utf-8")) for t in texts]
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and, per id, the character span ``[start, end)`` of ``text`` it encodes (a character of
+        several UTF-8 bytes gives each of its bytes that character's span)."""
+        ids, offsets = [], []
+        for i, char in enumerate(text):
+            raw = char.encode("utf-8")
+            ids += raw
+            offsets += [(i, i + 1)] * len(raw)
+        return ids, offsets
 
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
@@ -102,6 +115,11 @@ class HFTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
+    def encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids and, per id, the character span ``[start, end)`` of ``text`` it encodes."""
+        enc = self._tok.encode(text, add_special_tokens=False)
+        return enc.ids, [tuple(o) for o in enc.offsets]
+
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
@@ -126,6 +144,18 @@ class HFTokenizer:
 
     def __repr__(self) -> str:
         return f"HFTokenizer({str(self.path)!r})"
+
+
+def span_mask(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[bool]:
+    """Per token (character span ``offsets[i]``): does it overlap one of the character ``spans``
+    ``[start, end)``? Turns spans of a text into a per-token loss mask."""
+    return [any(a < e and s < b for s, e in spans) for a, b in offsets]
+
+
+def encode_spans(tokenizer: Tokenizer, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[int], list[bool]]:
+    """``text``'s ids and, per id, whether it overlaps one of the character ``spans``."""
+    ids, offsets = tokenizer.encode_offsets(text)
+    return ids, span_mask(offsets, spans)
 
 
 def load_tokenizer(spec: str | Path) -> ByteTokenizer | HFTokenizer:
