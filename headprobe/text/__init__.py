@@ -5,6 +5,7 @@ wordlists   English word lists shipped by ``wonderwords``
 corpus      the built-in training corpus (prose plus retrieval documents) and its sentence writer
 haystack    long inputs of a given token length from the corpus or the user's files
 needles     the needles of the retrieval score and needle-in-a-haystack prompts
+tasks       synthetic retrieval tasks (copy, recall, needle, prose) with the spans their loss counts
 jsonl       reading JSON-lines files with errors that name the file and line
 ==========  =========================================================================================
 """

@@ -1,0 +1,184 @@
+"""Synthetic retrieval tasks for training and probing: documents with the character spans their loss counts.
+
+Every generator returns a :class:`TaskExample`: a text and the spans ``[start, end)`` whose tokens are
+targets (the rest is context); :func:`headprobe.model.tokenizer.encode_spans` turns them into a
+per-token loss mask for any tokenizer. Distances are in characters (tokens for the byte tokenizer).
+
+=============  ============================================================================================
+``copy``       a segment, a gap of prose, the segment again; the loss counts the repeat
+``recall``     multi-query associative recall: key-value pairs, prose, then some keys again with their
+               values; the loss counts the recalled values
+``needle``     prose holding facts ("The code for the red cup is 4471."), more prose, a question; the loss
+               counts the answer
+``prose``      the built-in corpus' prose; every token counts
+=============  ============================================================================================
+
+Keys are drawn from one half of the noun list (``split="train"``) or the other (``split="heldout"``),
+so a probe can ask about facts whose keys never occurred in training. Everything is deterministic in
+``(seed, index)``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+
+from headprobe.model.config import Choice
+from headprobe.text.corpus import Writer
+from headprobe.text.wordlists import words
+
+
+class Task(Choice, what="task"):
+    COPY = "copy"
+    RECALL = "recall"
+    NEEDLE = "needle"
+    PROSE = "prose"
+
+
+class Split(Choice, what="split"):
+    TRAIN = "train"
+    HELDOUT = "heldout"
+
+
+@dataclass(frozen=True)
+class TaskExample:
+    """A document and the character spans ``[start, end)`` its loss counts (none: every token counts)."""
+
+    text: str
+    loss_spans: tuple[tuple[int, int], ...] = ()
+    kind: str = "prose"
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """How a task's documents are drawn.
+
+    Attributes:
+        distance: ``(min, max)`` characters between what is to be retrieved and where it is asked for.
+        segment: ``(min, max)`` characters of a copied segment (``copy``).
+        pairs: ``(min, max)`` key-value pairs (``recall``) or facts (``needle``) per document.
+        queries: how many keys are asked about (``recall``; ``needle`` asks about one).
+        split: which half of the nouns keys come from.
+    """
+
+    distance: tuple[int, int] = (0, 256)
+    segment: tuple[int, int] = (16, 48)
+    pairs: tuple[int, int] = (1, 4)
+    queries: int = 2
+    split: Split = Split.TRAIN
+
+    def __post_init__(self) -> None:
+        for name in ("distance", "segment", "pairs"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"`{name}` ({lo}, {hi}) must be a range 0 <= min <= max")
+        if self.pairs[0] < 1 or self.queries < 1:
+            raise ValueError("a task needs at least one pair and one query")
+        object.__setattr__(self, "split", Split(self.split))
+
+
+@cache
+def _keys(split: Split) -> tuple[str, ...]:
+    nouns = words("nouns")
+    return nouns[0::2] if split is Split.TRAIN else nouns[1::2]
+
+
+def _prose(w: Writer, n_chars: int) -> str:
+    """About ``n_chars`` characters of prose (whole sentences, cut to length)."""
+    if n_chars <= 0:
+        return ""
+    return " ".join(w.prose(n_chars))[:n_chars]
+
+
+def _key(w: Writer, split: Split) -> str:
+    return f"{w.rng.choice(w.adjs)} {w.rng.choice(_keys(split))}"
+
+
+def _value(w: Writer) -> str:
+    return str(w.rng.randrange(1000, 10000))
+
+
+def copy_example(w: Writer, s: TaskSettings) -> TaskExample:
+    segment = _prose(w, w.rng.randint(*s.segment)).strip() or "the cup"
+    if w.rng.random() < 0.5:  # half the segments are random words: nothing to predict but by copying
+        segment = " ".join(w.rng.choice(w.nouns) for _ in range(max(2, len(segment) // 7)))[: len(segment)]
+    gap = _prose(w, w.rng.randint(*s.distance))
+    text = f"{segment} {gap} {segment}" if gap else f"{segment} {segment}"
+    return TaskExample(text, ((len(text) - len(segment) - 1, len(text)),), "copy")
+
+
+def recall_example(w: Writer, s: TaskSettings) -> TaskExample:
+    n = w.rng.randint(*s.pairs)
+    pairs: dict[str, str] = {}
+    while len(pairs) < n:
+        pairs.setdefault(_key(w, s.split), _value(w))
+    asked = w.rng.sample(list(pairs), min(s.queries, n))
+    text = "Pairs: " + ", ".join(f"{k} {v}" for k, v in pairs.items()) + ". " + _prose(w, w.rng.randint(*s.distance))
+    text += " Recall:"
+    spans = []
+    for k in asked:
+        text += f" {k}"
+        spans.append((len(text), len(text) + len(pairs[k]) + 1))
+        text += f" {pairs[k]},"
+    return TaskExample(text[:-1] + ".", tuple(spans), "recall")
+
+
+def needle_fact(key: str, value: str) -> str:
+    return f"The code for the {key} is {value}."
+
+
+def needle_question(key: str) -> str:
+    return f"Question: What is the code for the {key}? Answer:"
+
+
+def needle_example(w: Writer, s: TaskSettings) -> TaskExample:
+    n = w.rng.randint(*s.pairs)
+    facts: dict[str, str] = {}
+    while len(facts) < n:
+        facts.setdefault(_key(w, s.split), _value(w))
+    key = w.rng.choice(list(facts))
+    body = " ".join(f"{_prose(w, w.rng.randint(0, 64))} {needle_fact(k, v)}".strip() for k, v in facts.items())
+    text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {needle_question(key)}"
+    start = len(text)
+    text += f" {facts[key]}."
+    return TaskExample(text, ((start, start + len(facts[key]) + 1),), "needle")
+
+
+def prose_example(w: Writer, s: TaskSettings) -> TaskExample:
+    return TaskExample(_prose(w, w.rng.randint(200, 2000)).strip() or "The cup.", (), "prose")
+
+
+GENERATORS = {
+    Task.COPY: copy_example,
+    Task.RECALL: recall_example,
+    Task.NEEDLE: needle_example,
+    Task.PROSE: prose_example,
+}
+
+
+@dataclass(frozen=True)
+class TaskMix:
+    """A mixture of tasks by weight (by document count), each with its settings."""
+
+    weights: dict[Task, float] = field(default_factory=lambda: {Task.COPY: 1.0})
+    settings: TaskSettings = field(default_factory=TaskSettings)
+
+    def __post_init__(self) -> None:
+        weights = {Task(k): float(v) for k, v in self.weights.items()}
+        if not weights or min(weights.values()) < 0 or sum(weights.values()) <= 0:
+            raise ValueError("a task mix needs non-negative weights that are not all zero")
+        object.__setattr__(self, "weights", weights)
+
+    def example(self, seed: int, index: int) -> TaskExample:
+        """Document ``index`` of the mix with ``seed``."""
+        rng = random.Random(f"headprobe-task-{seed}-{index}")
+        task = rng.choices(list(self.weights), weights=list(self.weights.values()))[0]
+        return GENERATORS[task](Writer(rng), self.settings)
+
+    def examples(self, seed: int, start: int = 0) -> Iterator[TaskExample]:
+        index = start
+        while True:
+            yield self.example(seed, index)
+            index += 1

@@ -1,0 +1,85 @@
+"""Synthetic retrieval tasks: each document is parsed back here and its loss spans checked against what
+the text says (the answer really is the earlier value; the copy really is the segment)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from headprobe.model.tokenizer import ByteTokenizer, encode_spans
+from headprobe.text.tasks import Split, Task, TaskMix, TaskSettings, _keys
+from headprobe.text.wordlists import words
+
+
+def mix(task: Task, **settings) -> TaskMix:
+    return TaskMix({task: 1.0}, TaskSettings(**settings))
+
+
+def test_copy_repeats_its_segment_and_the_loss_counts_the_repeat():
+    m = mix(Task.COPY, distance=(100, 200), segment=(16, 32))
+    for i in range(40):
+        ex = m.example(0, i)
+        ((start, end),) = ex.loss_spans
+        assert end == len(ex.text) and ex.text[start] == " "
+        segment = ex.text[start + 1 : end]
+        assert ex.text.startswith(segment + " ") and 2 <= len(segment) <= 32
+        gap = len(ex.text) - 2 * len(segment) - 2
+        assert 100 - 1 <= gap <= 200, gap  # the gap (prose cut to length) lies in the distance range
+
+
+def test_recall_values_are_those_of_their_keys():
+    m = mix(Task.RECALL, distance=(50, 60), pairs=(3, 6), queries=2)
+    for i in range(40):
+        ex = m.example(1, i)
+        listed = dict(re.findall(r"([a-z]+ [a-z]+) (\d{4})", ex.text.split(". ", 1)[0]))
+        assert 3 <= len(listed) <= 6
+        recall = ex.text[ex.text.index(" Recall:") :]
+        asked = re.findall(r"([a-z]+ [a-z]+) (\d{4})", recall)
+        assert len(asked) == len(ex.loss_spans) == 2
+        for (key, value), (start, end) in zip(asked, ex.loss_spans, strict=True):
+            assert listed[key] == value and ex.text[start:end] == " " + value
+
+
+def test_needle_answers_the_question_from_the_fact():
+    m = mix(Task.NEEDLE, distance=(300, 400), pairs=(1, 3))
+    for i in range(40):
+        ex = m.example(2, i)
+        facts = dict(re.findall(r"The code for the ([a-z]+ [a-z]+) is (\d{4})\.", ex.text))
+        key = re.search(r"What is the code for the ([a-z]+ [a-z]+)\? Answer:", ex.text).group(1)
+        ((start, end),) = ex.loss_spans
+        assert ex.text[start:end] == " " + facts[key] and ex.text.endswith(facts[key] + ".")
+        fact_end = ex.text.index(f"The code for the {key} is") + len(f"The code for the {key} is {facts[key]}.")
+        assert ex.text.index("Question:") - fact_end >= 300 - 1  # at least the distance apart
+
+
+def test_splits_use_disjoint_keys():
+    train = {ex.text for i in range(5) for ex in [mix(Task.NEEDLE).example(0, i)]}
+    heldout_keys, train_keys = set(_keys(Split.HELDOUT)), set(_keys(Split.TRAIN))
+    assert not heldout_keys & train_keys and heldout_keys | train_keys == set(words("nouns"))
+    for i in range(30):
+        ex = mix(Task.NEEDLE, split="heldout").example(0, i)
+        for key in re.findall(r"The code for the [a-z]+ ([a-z]+) is", ex.text):
+            assert key in heldout_keys
+    assert train
+
+
+def test_deterministic_in_seed_and_index_and_prose_counts_everything():
+    m = TaskMix({Task.COPY: 1, Task.NEEDLE: 1, Task.PROSE: 2})
+    assert m.example(3, 7) == m.example(3, 7) and m.example(3, 7) != m.example(3, 8)
+    kinds = {m.example(0, i).kind for i in range(60)}
+    assert kinds == {"copy", "needle", "prose"}
+    prose = next(m.example(0, i) for i in range(60) if m.example(0, i).kind == "prose")
+    assert prose.loss_spans == ()
+
+
+def test_byte_masks_cover_exactly_the_answer():
+    ex = mix(Task.NEEDLE).example(4, 0)
+    ids, mask = encode_spans(ByteTokenizer(), ex.text, ex.loss_spans)
+    assert bytes(i for i, m in zip(ids, mask, strict=True) if m).decode() == ex.text[slice(*ex.loss_spans[0])]
+
+
+@pytest.mark.parametrize("bad", [dict(distance=(5, 1)), dict(pairs=(0, 2)), dict(queries=0), dict(split="test")])
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ValueError):
+        TaskSettings(**bad)
