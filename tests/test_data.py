@@ -181,3 +181,65 @@ def test_word_count_answers_are_the_most_common():
         counts = Counter(re.findall(r"\d+\. (\w+)", listing))
         answer = doc[doc.index("are: ") + 5 : -1].split(", ")
         assert answer == [w for w, _ in counts.most_common(3)]
+
+
+def _stream_with_masks(data: TokenData) -> tuple[list[int], list[bool]]:
+    return data.tokens(0, len(data)).tolist(), data.masks(0, len(data)).tolist()
+
+
+def test_loss_spans_become_token_masks_stored_with_the_shards(tmp_path):
+    """Plain documents first (their shards get all-ones masks when the first masked document arrives),
+    then JSONL documents with loss_spans: exactly the tokens inside the spans are targets."""
+    (tmp_path / "a.txt").write_text("plain words " * 5)
+    masked = [
+        {"text": "Q: the cup? A: 4471", "loss_spans": [[14, 19]]},
+        {"text": "no spans here"},
+        {"text": "x1 y2 z3", "loss_spans": [[0, 2], [6, 8]]},
+    ]
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in masked))
+    tok = ByteTokenizer()
+    prepare([tmp_path / "a.txt", tmp_path / "b.jsonl"], tok, tmp_path / "data", shard_tokens=16)
+    data = TokenData(tmp_path / "data", verify=True)
+    assert data.has_masks and all(s.mask_file for s in data.manifest.shards)
+    ids, mask = _stream_with_masks(data)
+    docs, cur = [], []
+    for t, m in zip(ids, mask, strict=True):
+        cur.append((t, m))
+        if t == tok.eos_id:
+            docs.append(cur)
+            cur = []
+    plain, spans, nospans, two = docs
+    assert all(m for _, m in plain)  # written before any mask existed: every token counts, its EOS too
+    assert tok.decode([t for t, m in spans if m]) == " 4471" and not spans[-1][1]  # EOS of a masked doc: no
+    assert all(m for _, m in nospans)
+    assert tok.decode([t for t, m in two if m]) == "x1z3"
+    seq = PackedSequences(data, seq_len=8).item(0)
+    assert np.array_equal(seq[1], np.asarray(mask[:9]))
+    batch = collate([seq], pad_id=tok.pad_id)
+    assert batch.target_tokens == sum(mask[1:9])  # the loss counts the stored targets only
+
+
+def test_bad_loss_spans_and_damaged_masks_are_named(tmp_path):
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "abc", "loss_spans": [[2, 9]]}) + "\n")
+    with pytest.raises(DataError, match=r"b\.jsonl:1: loss_spans must be .* <= 3"):
+        prepare([tmp_path / "b.jsonl"], ByteTokenizer(), tmp_path / "d")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "abcdef", "loss_spans": [[1, 2]]}) + "\n")
+    prepare([tmp_path / "c.jsonl"], ByteTokenizer(), tmp_path / "e")
+    (tmp_path / "e" / "mask_00000.bin").write_bytes(b"\x01")
+    with pytest.raises(DataError, match=r"loss mask of shard_00000\.bin is missing or of the wrong size"):
+        TokenData(tmp_path / "e")
+
+
+def test_synth_tasks_store_their_answers_as_targets(tmp_path):
+    from headprobe.text.tasks import Task, TaskMix, TaskSettings
+
+    mix = TaskMix({Task.NEEDLE: 1, Task.PROSE: 1}, TaskSettings(distance=(50, 80)))
+    man = synth(20_000, tmp_path / "t", tasks=mix, seed=3)
+    assert man.extra["kind"] == "tasks" and man.extra["tasks"]["weights"] == {"needle": 1.0, "prose": 1.0}
+    ids, mask = _stream_with_masks(TokenData(tmp_path / "t", verify=True))
+    tok = ByteTokenizer()
+    text = tok.decode(ids)
+    answers = re.findall(r"Answer: (\d{4})\.", text)
+    targets = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert answers and all(f" {a}" in targets for a in answers)
+    assert sum(mask) < 0.9 * len(mask) and sum(mask) > 0.2 * len(mask)  # prose counts, needle context does not

@@ -113,3 +113,21 @@ def test_train_flag_values_reach_the_config(tmp_path):
     saved = json.loads((tmp_path / "run" / "train_config.json").read_text())
     assert (saved["lr"], saved["beta2"], saved["schedule"], saved["freeze"]) == (0.01, 0.9, "wsd", "attention-full")
     assert saved["frozen"] == [f"blocks.3.attn.{p}_proj.weight" for p in "qkvo"]  # the one full layer
+
+
+def test_synth_tasks_command_writes_masked_data_and_trains_on_it(tmp_path):
+    res = invoke(
+        "data", "synth", "--tokens", "8000", "--out", str(tmp_path / "t"), "--tasks", "recall=1,copy=1",
+        "--distance", "100:200", "--pairs", "2:3",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = TokenData(tmp_path / "t", verify=True)
+    assert data.has_masks and data.manifest.extra["tasks"]["settings"]["distance"] == [100, 200]
+    assert 0 < data.masks(0, len(data)).mean() < 0.5  # only the recalled values and copies are targets
+    cfg = tmp_path / "model.json"
+    cfg.write_text(tiny_config(vocab_size=264, max_seq_len=64).to_json())
+    args = ["--config", str(cfg), "--data", str(tmp_path / "t"), "--steps", "2", "--batch-size", "2"]
+    res = invoke("train", *args, "--seq-len", "64", "--out", str(tmp_path / "run"))
+    assert res.exit_code == 0, res.output
+    res = invoke("data", "synth", "--tokens", "100", "--out", str(tmp_path / "x"), "--tasks", "copy=1,sing=2")
+    assert res.exit_code == 2 and "unknown task 'sing'" in res.output and "--tasks" in res.output

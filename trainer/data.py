@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from headprobe.model.atomic import atomic_directory
-from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.jsonl import jsonl_records
+from headprobe.text.tasks import TaskMix
 
 MANIFEST = "manifest.json"
 FORMAT = "headprobe-tokens-1"
@@ -42,9 +43,13 @@ class DataError(ValueError):
 
 @dataclass
 class ShardInfo:
+    """One shard; ``mask_file`` (one byte per token: 1 = a target of the loss) when the data has masks."""
+
     file: str
     tokens: int
     sha256: str
+    mask_file: str | None = None
+    mask_sha256: str | None = None
 
 
 @dataclass
@@ -113,19 +118,30 @@ def _sha256(data: bytes | memoryview) -> str:
 
 
 class ShardWriter:
-    """Collects token ids and writes fixed-size shards into a folder, then the manifest."""
+    """Collects token ids (and, once any document brings one, per-token loss masks) and writes fixed-size
+    shards into a folder, then the manifest. A mask marks which tokens are targets of the loss; documents
+    without one count every token, and shards written before the first mask get all-ones masks."""
 
     def __init__(self, folder: Path, manifest: Manifest, shard_tokens: int = SHARD_TOKENS) -> None:
         self.folder, self.manifest, self.shard_tokens = folder, manifest, shard_tokens
         self.np_dtype = DTYPES[manifest.dtype]
         self._pending: list[np.ndarray] = []
+        self._pending_masks: list[np.ndarray] | None = None  # None until a document brings a mask
         self._pending_tokens = 0
 
-    def add_document(self, ids: list[int]) -> int:
-        """Append one document and its end-of-document token; returns tokens written."""
+    def add_document(self, ids: list[int], mask: list[bool] | None = None) -> int:
+        """Append one document and its end-of-document token; returns tokens written. ``mask[i]``: is
+        token ``i`` a target (the end-of-document token is one only in documents without a mask)."""
         if ids and max(ids) >= self.manifest.vocab_size:
             raise DataError(f"token id {max(ids)} is outside the vocabulary of {self.manifest.vocab_size}")
+        if mask is not None and len(mask) != len(ids):
+            raise DataError(f"a document's loss mask has {len(mask)} entries for {len(ids)} tokens")
         arr = np.asarray([*ids, self.manifest.eod_id], dtype=self.np_dtype)
+        if mask is not None and self._pending_masks is None:
+            self._start_masks()
+        if self._pending_masks is not None:
+            flags = np.ones(len(arr), dtype=np.uint8) if mask is None else np.asarray([*mask, False], np.uint8)
+            self._pending_masks.append(flags)
         self._pending.append(arr)
         self._pending_tokens += len(arr)
         self.manifest.total_tokens += len(arr)
@@ -133,6 +149,18 @@ class ShardWriter:
         while self._pending_tokens >= self.shard_tokens:
             self._flush(self.shard_tokens)
         return len(arr)
+
+    def _start_masks(self) -> None:
+        """The first mask: everything written so far counted every token."""
+        for shard in self.manifest.shards:
+            self._write_mask(shard, np.ones(shard.tokens, dtype=np.uint8))
+        self._pending_masks = [np.ones(len(a), dtype=np.uint8) for a in self._pending]
+
+    def _write_mask(self, shard: ShardInfo, flags: np.ndarray) -> None:
+        shard.mask_file = shard.file.replace("shard_", "mask_")
+        data = flags.tobytes()
+        (self.folder / shard.mask_file).write_bytes(data)
+        shard.mask_sha256 = _sha256(data)
 
     def _flush(self, n: int) -> None:
         stream = np.concatenate(self._pending)
@@ -142,7 +170,12 @@ class ShardWriter:
         name = f"shard_{len(self.manifest.shards):05d}.bin"
         data = chunk.astype(chunk.dtype.newbyteorder("<"), copy=False).tobytes()
         (self.folder / name).write_bytes(data)
-        self.manifest.shards.append(ShardInfo(file=name, tokens=len(chunk), sha256=_sha256(data)))
+        shard = ShardInfo(file=name, tokens=len(chunk), sha256=_sha256(data))
+        self.manifest.shards.append(shard)
+        if self._pending_masks is not None:
+            flags = np.concatenate(self._pending_masks)
+            self._pending_masks = [flags[n:]] if len(flags) > n else []
+            self._write_mask(shard, flags[:n])
 
     def close(self) -> Manifest:
         if self._pending_tokens:
@@ -166,9 +199,31 @@ def _decode(path: Path, raw: bytes) -> str:
         ) from None
 
 
-def read_documents(path: Path) -> Iterator[str]:
-    """Documents of one source file: a whole text file, or the ``text`` field of each JSONL line or
-    Parquet row."""
+Spans = list[tuple[int, int]]
+
+
+def _loss_spans(record: dict, path: Path, lineno: int) -> Spans | None:
+    """A JSONL record's ``loss_spans``: ``[[start, end], ...]`` character ranges of ``text`` (or absent)."""
+    spans = record.get("loss_spans")
+    if spans is None:
+        return None
+    text = record["text"]
+    ok = isinstance(spans, list) and all(
+        isinstance(x, list) and len(x) == 2 and all(isinstance(v, int) for v in x) and 0 <= x[0] < x[1] <= len(text)
+        for x in spans
+    )
+    if not ok:
+        raise DataError(
+            f"{path}:{lineno}: loss_spans must be a list of [start, end] character ranges inside the text "
+            f"(0 <= start < end <= {len(text)})"
+        )
+    return [(a, b) for a, b in spans]
+
+
+def read_examples(path: Path) -> Iterator[tuple[str, Spans | None]]:
+    """Documents of one source file with their loss spans: a whole text file, or the ``text`` field of
+    each JSONL line (with its optional ``loss_spans``: only the tokens they cover are targets) or Parquet
+    row. ``None`` spans: every token counts."""
     if not path.is_file():
         raise DataError(f"source {path} does not exist")
     if path.stat().st_size == 0:
@@ -181,7 +236,7 @@ def read_documents(path: Path) -> Iterator[str]:
             frame = pd.read_parquet(path, columns=["text"])
         except (KeyError, ValueError) as err:
             raise DataError(f"{path}: cannot read a 'text' column ({err})") from None
-        yield from (str(t) for t in frame["text"] if isinstance(t, str) and t)
+        yield from ((str(t), None) for t in frame["text"] if isinstance(t, str) and t)
         return
     text = _decode(path, path.read_bytes())
     if suffix in (".jsonl", ".ndjson"):
@@ -189,11 +244,25 @@ def read_documents(path: Path) -> Iterator[str]:
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise DataError(f"{path}:{lineno}: expected an object with a string 'text' field")
             if record["text"]:
-                yield record["text"]
+                yield record["text"], _loss_spans(record, path, lineno)
         return
     if not text.strip():
         raise DataError(f"source {path} holds only whitespace")
-    yield text
+    yield text, None
+
+
+def read_documents(path: Path) -> Iterator[str]:
+    """The texts of :func:`read_examples`."""
+    for text, _ in read_examples(path):
+        yield text
+
+
+def _encode(
+    tokenizer: ByteTokenizer | HFTokenizer, text: str, spans: Spans | None
+) -> tuple[list[int], list[bool] | None]:
+    if spans is None:
+        return tokenizer.encode(text), None
+    return encode_spans(tokenizer, text, spans)
 
 
 def _new_manifest(tokenizer: ByteTokenizer | HFTokenizer, dtype: str, extra: dict[str, Any]) -> Manifest:
@@ -235,8 +304,8 @@ def prepare(
                 progress(done, len(paths), f"tokenising {path.name}")
             raw = path.read_bytes() if path.is_file() else b""
             docs, tokens = 0, 0
-            for text in read_documents(path):
-                tokens += writer.add_document(tokenizer.encode(text))
+            for text, spans in read_examples(path):
+                tokens += writer.add_document(*_encode(tokenizer, text, spans))
                 docs += 1
             manifest.sources.append(SourceInfo(str(path), _sha256(raw), docs, tokens))
         writer.close()
@@ -253,29 +322,38 @@ def synth(
     dtype: str = "auto",
     shard_tokens: int = SHARD_TOKENS,
     progress: Progress | None = None,
+    tasks: TaskMix | None = None,
 ) -> Manifest:
-    """Write at least ``tokens`` tokens of the built-in corpus (:mod:`headprobe.text.corpus`) to ``out``;
-    ``progress(tokens done, tokens, what)`` hears of each document."""
+    """Write at least ``tokens`` tokens to ``out``: the built-in corpus (:mod:`headprobe.text.corpus`), or
+    with ``tasks`` a mixture of synthetic retrieval tasks (:mod:`headprobe.text.tasks`) whose loss masks are
+    stored with the tokens. ``progress(tokens done, tokens, what)`` hears of each document."""
     from headprobe.text.corpus import MIXTURE, documents
 
     if tokens < 1:
         raise DataError("`tokens` must be positive")
     tokenizer = tokenizer or ByteTokenizer()
-    manifest = _new_manifest(tokenizer, dtype, {"kind": "synthetic", "seed": seed, "mixture": MIXTURE})
+    extra: dict[str, Any] = {"kind": "synthetic", "seed": seed, "mixture": MIXTURE}
+    if tasks is not None:
+        extra = {"kind": "tasks", "seed": seed, "tasks": tasks.describe()}
+    manifest = _new_manifest(tokenizer, dtype, extra)
     kinds: dict[str, int] = {}
+    stream = (
+        ((ex.kind, ex.text, list(ex.loss_spans) or None) for ex in tasks.examples(seed))
+        if tasks is not None
+        else ((kind, text, None) for kind, text in documents(seed))
+    )
     with atomic_directory(out) as tmp:
         writer = ShardWriter(tmp, manifest, shard_tokens)
-        for kind, text in documents(seed):
-            writer.add_document(tokenizer.encode(text))
+        for kind, text, spans in stream:
+            writer.add_document(*_encode(tokenizer, text, spans))
             kinds[kind] = kinds.get(kind, 0) + 1
             if progress:
                 progress(min(manifest.total_tokens, tokens), tokens, "generating")
             if manifest.total_tokens >= tokens:
                 break
         manifest.extra["documents_by_kind"] = kinds
-        manifest.sources.append(
-            SourceInfo("builtin:headprobe.text.corpus", "", manifest.documents, manifest.total_tokens)
-        )
+        name = "builtin:headprobe.text.tasks" if tasks is not None else "builtin:headprobe.text.corpus"
+        manifest.sources.append(SourceInfo(name, "", manifest.documents, manifest.total_tokens))
         writer.close()
     return manifest
 
@@ -293,6 +371,7 @@ class TokenData:
         self.manifest = Manifest.load(self.folder)
         itemsize = np.dtype(DTYPES[self.manifest.dtype]).itemsize
         self._maps: list[np.ndarray] = []
+        self._masks: list[np.ndarray] | None = [] if any(s.mask_file for s in self.manifest.shards) else None
         for shard in self.manifest.shards:
             path = self.folder / shard.file
             if not path.is_file():
@@ -308,25 +387,50 @@ class TokenData:
             if verify and _sha256(memoryview(mapped)) != shard.sha256:
                 raise DataError(f"{path}: SHA-256 differs from {MANIFEST}; the shard is corrupted")
             self._maps.append(mapped)
+            if self._masks is not None:
+                self._masks.append(self._mask_map(shard, verify))
         self._starts = np.cumsum([0] + [s.tokens for s in self.manifest.shards])
         if self._starts[-1] != self.manifest.total_tokens:
             raise DataError(f"{self.folder / MANIFEST}: shard token counts do not add up to total_tokens")
 
+    def _mask_map(self, shard: ShardInfo, verify: bool) -> np.ndarray:
+        path = self.folder / (shard.mask_file or "")
+        if not shard.mask_file or not path.is_file() or path.stat().st_size != shard.tokens:
+            raise DataError(
+                f"{self.folder}: the loss mask of {shard.file} is missing or of the wrong size "
+                f"({shard.tokens:,} bytes expected); prepare the data again"
+            )
+        mapped = np.memmap(path, dtype=np.uint8, mode="r")
+        if verify and _sha256(memoryview(mapped)) != shard.mask_sha256:
+            raise DataError(f"{path}: SHA-256 differs from {MANIFEST}; the mask is corrupted")
+        return mapped
+
     def __len__(self) -> int:
         return int(self._starts[-1])
 
-    def tokens(self, start: int, stop: int) -> np.ndarray:
-        """Tokens ``start .. stop-1`` of the stream as ``int64``."""
-        out = np.empty(stop - start, dtype=np.int64)
+    @property
+    def has_masks(self) -> bool:
+        return self._masks is not None
+
+    def _read(self, maps: list[np.ndarray], start: int, stop: int, dtype: type) -> np.ndarray:
+        out = np.empty(stop - start, dtype=dtype)
         pos = start
         shard = int(np.searchsorted(self._starts, start, side="right") - 1)
         while pos < stop:
             lo = pos - self._starts[shard]
             take = min(stop - pos, self.manifest.shards[shard].tokens - lo)
-            out[pos - start : pos - start + take] = self._maps[shard][lo : lo + take]
+            out[pos - start : pos - start + take] = maps[shard][lo : lo + take]
             pos += take
             shard += 1
         return out
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``start .. stop-1`` of the stream as ``int64``."""
+        return self._read(self._maps, start, stop, np.int64)
+
+    def masks(self, start: int, stop: int) -> np.ndarray | None:
+        """Loss masks of tokens ``start .. stop-1`` (``True`` = a target), or ``None`` without masks."""
+        return None if self._masks is None else self._read(self._masks, start, stop, np.bool_)
 
 
 class PackedSequences:
@@ -346,6 +450,11 @@ class PackedSequences:
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.data.tokens(i * self.seq_len, i * self.seq_len + self.seq_len + 1)
+
+    def item(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Sequence ``i`` and its loss mask (``None``: every token is a target)."""
+        start, stop = i * self.seq_len, i * self.seq_len + self.seq_len + 1
+        return self.data.tokens(start, stop), self.data.masks(start, stop)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from headprobe.text.tasks import TaskMix
 from trainer.config import TrainConfig, TrainError, TrainResult
 from trainer.data import DataError, Progress
 
@@ -58,11 +59,13 @@ class TrainerPlugin:
 
         return prepare(sources, load_tokenizer(tokenizer), out, dtype=dtype, progress=progress)
 
-    def synth(self, tokens: int, out: Path, tokenizer: str, seed: int, progress: Progress | None):
+    def synth(
+        self, tokens: int, out: Path, tokenizer: str, seed: int, progress: Progress | None, tasks: TaskMix | None = None
+    ):
         from headprobe.model.tokenizer import load_tokenizer
         from trainer.data import synth
 
-        return synth(tokens, out, load_tokenizer(tokenizer), seed=seed, progress=progress)
+        return synth(tokens, out, load_tokenizer(tokenizer), seed=seed, progress=progress, tasks=tasks)
 
     def verify(self, folder: Path) -> tuple[int, int]:
         """Check every shard against its SHA-256; returns ``(tokens, shards)``."""

@@ -92,7 +92,7 @@ class Source:
     def batch(self, indices: np.ndarray) -> Batch:
         if isinstance(self.items, SftData):
             return collate([self.items[int(i)] for i in indices], self.pad_id)
-        return collate([(self.items[int(i)], None) for i in indices], self.pad_id)
+        return collate([self.items.item(int(i)) for i in indices], self.pad_id)
 
 
 def check_same_tokenizer(folder: Path, man, tokenizer: ByteTokenizer | HFTokenizer) -> None:

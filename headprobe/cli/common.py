@@ -47,6 +47,15 @@ def ints(text: str) -> list[int]:
         raise typer.BadParameter(f"expected a comma list of integers, got {text!r}") from None
 
 
+def int_range(text: str) -> tuple[int, int]:
+    """``MIN:MAX`` (or one integer for both) as a pair of integers."""
+    lo, _, hi = text.partition(":")
+    try:
+        return int(lo), int(hi or lo)
+    except ValueError:
+        raise typer.BadParameter(f"expected MIN:MAX integers, got {text!r}") from None
+
+
 def words(text: str) -> list[str]:
     """A comma list of names."""
     return [x.strip() for x in text.split(",") if x.strip()]

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import fail, words
+from headprobe.cli.common import fail, int_range, words
 from headprobe.cli.progress import progress_bar
 
 PLUGIN_GROUP = "headprobe.plugins"
@@ -136,9 +136,28 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="data folder to create")],
         seed: int = 0,
         tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
+        tasks: Annotated[
+            str | None,
+            typer.Option(
+                help="synthetic tasks with loss masks, e.g. copy=1,recall=1,needle=1,prose=1 (default: the corpus)"
+            ),
+        ] = None,
+        distance: Annotated[str, typer.Option(help="tasks: MIN:MAX characters between a fact and its query")] = "0:256",
+        segment: Annotated[str, typer.Option(help="tasks: MIN:MAX characters of a copied segment")] = "16:48",
+        pairs: Annotated[str, typer.Option(help="tasks: MIN:MAX key-value pairs or facts per document")] = "1:4",
+        queries: Annotated[int, typer.Option(help="tasks: keys asked about per recall document")] = 2,
+        split: Annotated[str, typer.Option(help="tasks: train or heldout keys")] = "train",
     ) -> None:
-        """Generate the built-in offline corpus (prose plus retrieval documents)."""
-        man = _with_bar(plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report))
+        """Generate the built-in offline corpus, or synthetic retrieval tasks whose answers are the only
+        targets of the loss (copy, associative recall, needles in prose) mixed with prose."""
+        from headprobe.text.tasks import TaskMix, TaskSettings
+
+        try:
+            settings = TaskSettings(int_range(distance), int_range(segment), int_range(pairs), queries, split)
+            mix = TaskMix.parse(tasks, settings) if tasks else None
+        except ValueError as err:
+            raise fail(err, ctx) from None
+        man = _with_bar(plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report, mix))
         kinds = ", ".join(f"{k} {v}" for k, v in man.extra["documents_by_kind"].items())
         typer.echo(f"{out}: {man.total_tokens:,} tokens, {man.documents:,} documents ({kinds})")
 

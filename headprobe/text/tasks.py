@@ -171,6 +171,32 @@ class TaskMix:
             raise ValueError("a task mix needs non-negative weights that are not all zero")
         object.__setattr__(self, "weights", weights)
 
+    @classmethod
+    def parse(cls, spec: str, settings: TaskSettings | None = None) -> TaskMix:
+        """``"copy"`` or ``"copy=1,needle=2,prose=1"`` (weights by document count)."""
+        weights: dict[Task, float] = {}
+        for part in (p.strip() for p in spec.split(",") if p.strip()):
+            name, _, weight = part.partition("=")
+            try:
+                weights[Task(name.strip())] = float(weight) if weight else 1.0
+            except ValueError as err:
+                raise ValueError(f"`tasks` {spec!r}: {err}") from None
+        return cls(weights, settings or TaskSettings())
+
+    def describe(self) -> dict[str, object]:
+        """JSON-ready: the weights and settings (recorded with data generated from the mix)."""
+        s = self.settings
+        return {
+            "weights": {t.value: w for t, w in self.weights.items()},
+            "settings": {
+                "distance": list(s.distance),
+                "segment": list(s.segment),
+                "pairs": list(s.pairs),
+                "queries": s.queries,
+                "split": s.split.value,
+            },
+        }
+
     def example(self, seed: int, index: int) -> TaskExample:
         """Document ``index`` of the mix with ``seed``."""
         rng = random.Random(f"headprobe-task-{seed}-{index}")
