@@ -254,3 +254,15 @@ def test_chunked_loss_equals_dense_cross_entropy_and_its_gradients():
     assert chunked.item() == pytest.approx(dense.item(), rel=1e-6)  # summed in float32
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, want[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_count_correct_counts_the_masked_argmax_hits():
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 19))
+    mask = torch.rand(2, 19) < 0.6
+    with torch.no_grad():
+        greedy = model(ids).argmax(-1)
+    targets = torch.where(torch.rand(2, 19) < 0.5, greedy, (greedy + 1) % 40)  # about half predictable
+    sums = model(ids, targets=targets, loss_mask=mask, loss_chunk=5, count_correct=True)
+    assert int(sums.correct) == int(((greedy == targets) & mask).sum())
+    assert sums.loss.item() == pytest.approx(model(ids, targets=targets, loss_mask=mask).item(), rel=1e-12)

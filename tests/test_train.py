@@ -313,7 +313,7 @@ def test_train_step_reports_the_mean_token_loss_of_its_batch(tmp_path, model_con
         cfg = quick(tmp_path / f"run-{micro}", model_config, micro_batch_size=micro)
         trainer = Trainer(cfg, init_world("cpu")).setup()
         before = copy.deepcopy(trainer.model).eval()
-        batch = trainer.source.batch(trainer.sampler.shard(0, 0, 1))
+        (batch,) = trainer.source.micro_batches(0, 0, 1, 4, 4)
         x, y = torch.from_numpy(batch.inputs), torch.from_numpy(batch.targets)
         m = torch.from_numpy(batch.loss_mask)
         with torch.no_grad():

@@ -77,6 +77,14 @@ class TrainConfig:
     data: str | None = field(
         default=None, metadata=_help("data folder (pt/cpt) or JSONL (sft); default: the built-in corpus/set")
     )
+    curriculum: str | None = field(
+        default=None,
+        metadata=_help("curriculum JSON: synthetic tasks on the fly, growing harder (trainer/curriculum.py)"),
+    )
+    probes: str | None = field(
+        default=None, metadata=_help("held-out probes logged to metrics.jsonl, e.g. needle@200,needle@1000")
+    )
+    probe_every: int = field(default=0, metadata=_help("steps between probes (0 = the curriculum's, or never)"))
     tokenizer: str | None = field(
         default=None, metadata=_help("byte or a tokenizer.json (default: from init or the data)")
     )

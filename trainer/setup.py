@@ -18,7 +18,8 @@ from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
 from trainer.config import Freeze, Stage, TrainConfig, TrainError
-from trainer.data import Batch, DataError, PackedSequences, TokenData, collate, synth
+from trainer.curriculum import Curriculum, CurriculumSource
+from trainer.data import Batch, DataError, PackedSequences, Sampler, TokenData, collate, synth
 from trainer.distributed import World
 from trainer.sft import SftData, builtin_examples, load_jsonl
 
@@ -83,16 +84,25 @@ def builtin_corpus(tokens_needed: int, seed: int, world: World) -> Path:
 
 
 class Source:
-    """Items of the stage (packed sequences, or SFT examples) with their pad id and a description (part of
-    the run's data identity: a resumed run must read the same batches)."""
+    """Items of the stage (packed sequences, or SFT examples) with their pad id, a description (part of
+    the run's data identity: a resumed run must read the same batches) and the sampler that picks each
+    step's items."""
 
-    def __init__(self, items: PackedSequences | SftData, pad_id: int, describe: dict[str, Any]) -> None:
-        self.items, self.pad_id, self.describe = items, pad_id, describe
+    def __init__(self, items: PackedSequences | SftData, pad_id: int, describe: dict[str, Any], seed: int) -> None:
+        self.items, self.pad_id, self._describe, self.seed = items, pad_id, describe, seed
+
+    def describe(self) -> dict[str, Any]:
+        return self._describe
 
     def batch(self, indices: np.ndarray) -> Batch:
         if isinstance(self.items, SftData):
             return collate([self.items[int(i)] for i in indices], self.pad_id)
         return collate([self.items.item(int(i)) for i in indices], self.pad_id)
+
+    def micro_batches(self, step: int, rank: int, world: int, batch_size: int, micro: int) -> list[Batch]:
+        """This process's part of step ``step``'s global batch, in micro-batches of ``micro`` items."""
+        indices = Sampler(len(self.items), batch_size, self.seed).shard(step, rank, world)
+        return [self.batch(indices[i : i + micro]) for i in range(0, len(indices), micro)]
 
 
 def check_same_tokenizer(folder: Path, man, tokenizer: ByteTokenizer | HFTokenizer) -> None:
@@ -120,13 +130,16 @@ def data_source(
     tokenizer: ByteTokenizer | HFTokenizer | None,
     model_cfg: ModelConfig,
     world: World,
-) -> tuple[Source, ByteTokenizer | HFTokenizer]:
+) -> tuple[Source | CurriculumSource, ByteTokenizer | HFTokenizer]:
     """The stage's items and the tokenizer (from the data manifest when not known yet)."""
     if cfg.stage is Stage.SFT:
         tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
         examples = load_jsonl(cfg.data) if cfg.data else builtin_examples(4096, seed=cfg.seed)
         sft = SftData(examples, tok, seq_len)
-        return Source(sft, sft.pad_id, {"kind": "sft", "data": cfg.data or "builtin", "items": len(sft)}), tok
+        desc = {"kind": "sft", "data": cfg.data or "builtin", "items": len(sft)}
+        return Source(sft, sft.pad_id, desc, cfg.seed), tok
+    if cfg.curriculum:
+        return curriculum_source(cfg, seq_len, tokenizer, model_cfg)
     folder = Path(cfg.data) if cfg.data else builtin_corpus(tokens_needed, cfg.seed, world)
     data = TokenData(folder)
     man = data.manifest
@@ -141,7 +154,27 @@ def data_source(
     seqs = PackedSequences(data, seq_len)
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else man.eod_id
     desc = {"kind": "packed", "data": str(folder), "total_tokens": man.total_tokens, "items": len(seqs)}
-    return Source(seqs, pad, desc), tokenizer
+    return Source(seqs, pad, desc, cfg.seed), tokenizer
+
+
+def _packed(folder: Path, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer, model_cfg: ModelConfig):
+    data = TokenData(folder)
+    check_same_tokenizer(folder, data.manifest, tokenizer)
+    if data.manifest.vocab_size > model_cfg.vocab_size:
+        raise DataError(
+            f"{folder} was tokenised with {data.manifest.vocab_size:,} ids but the model has "
+            f"vocab_size={model_cfg.vocab_size:,}; prepare the data with the model's tokenizer"
+        )
+    return PackedSequences(data, seq_len)
+
+
+def curriculum_source(
+    cfg: TrainConfig, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer | None, model_cfg: ModelConfig
+) -> tuple[CurriculumSource, ByteTokenizer | HFTokenizer]:
+    """Tasks generated on the fly by the curriculum file, with ``data`` (plain text) as its prose rows."""
+    tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
+    prose = _packed(Path(cfg.data), seq_len, tok, model_cfg) if cfg.data else None
+    return CurriculumSource(Curriculum.load(cfg.curriculum), tok, seq_len, cfg.seed, prose), tok
 
 
 def tokenizer_spec(tokenizer: ByteTokenizer | HFTokenizer) -> str:

@@ -32,11 +32,13 @@ from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from trainer import train_state
 from trainer.config import RESULT_FILE, Parallel, Precision, Stage, TrainConfig, TrainError, TrainResult
+from trainer.curriculum import CurriculumSource, CurriculumState
 from trainer.distributed import World, all_reduce_sum, init_world, shutdown, wrap
 from trainer.interrupt import interrupt_flag
 from trainer.logbook import MetricsLog
 from trainer.mfu import mfu, peak_flops
 from trainer.optim import Schedule, build_optimizer
+from trainer.probes import Probe, run_probe
 from trainer.setup import apply_freeze, data_source, model_and_tokenizer, tokenizer_spec
 from trainer.train_state import list_steps
 
@@ -45,10 +47,12 @@ StepCallback = Callable[[int, int, str], None]  # (steps done, total steps, one-
 
 @dataclass(frozen=True)
 class StepStats:
-    """One optimizer step: mean loss per target token, gradient norm before clipping, tokens counted,
-    token positions processed (padding included for sft), wall seconds."""
+    """One optimizer step: mean loss per target token, the share of targets the greedy prediction got
+    right, gradient norm before clipping, tokens counted, token positions processed (padding included for
+    sft), wall seconds."""
 
     loss: float
+    accuracy: float
     grad_norm: float
     tokens: int
     positions: float
@@ -117,8 +121,6 @@ class Trainer:
 
     def _place(self, model: Transformer) -> None:
         """Backend, device, compilation, parallel wrapping, optimizer, schedule and sampler."""
-        from trainer.data import Sampler
-
         cfg, world = self.cfg, self.world
         model.set_attention_backend(cfg.attention_backend)
         model.activation_checkpointing = cfg.activation_checkpointing
@@ -132,9 +134,9 @@ class Trainer:
         self.optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
         warmup = cfg.warmup_steps if cfg.warmup_steps is not None else round(0.05 * self.total_steps)
         self.schedule = Schedule(cfg.schedule, cfg.lr, self.total_steps, warmup, cfg.min_lr_ratio, cfg.decay_fraction)
-        self.sampler = Sampler(len(self.source.items), cfg.batch_size, cfg.seed)
-        self.data_identity = {**self.source.describe, "seq_len": self.seq_len, "batch_size": cfg.batch_size}
+        self.data_identity = {**self.source.describe(), "seq_len": self.seq_len, "batch_size": cfg.batch_size}
         self.data_identity["seed"] = cfg.seed
+        self.probes = self._probes()
 
     def _resume(self, existing: list[tuple[int, Path]]) -> tuple[int, int]:
         if not (self.cfg.resume and existing):
@@ -145,7 +147,16 @@ class Trainer:
                 f"cannot resume from {existing[-1][1]}: data settings differ (saved {state['data']}, now "
                 f"{self.data_identity}); the run would not read the same batches"
             )
+        if isinstance(self.source, CurriculumSource):
+            self.source.state = CurriculumState.from_dict(state["curriculum"])
         return state["step"], state["tokens"]
+
+    def _probes(self) -> list[Probe]:
+        spec = self.cfg.probes
+        curriculum = self.source.c if isinstance(self.source, CurriculumSource) else None
+        names = spec.split(",") if spec else list(curriculum.probes if curriculum else ())
+        self.probe_every = self.cfg.probe_every or (curriculum.probe_every if curriculum else 0)
+        return [Probe.parse(n) for n in names if n.strip()]
 
     def _write_config(self) -> None:
         if not self.world.is_main:
@@ -167,8 +178,7 @@ class Trainer:
         t0 = time.perf_counter()
         for group in self.optimizer.param_groups:
             group["lr"] = self.schedule(step)
-        indices = self.sampler.shard(step, world.rank, world.size)
-        batches = [self.source.batch(indices[i : i + self.micro]) for i in range(0, len(indices), self.micro)]
+        batches = self.source.micro_batches(step, world.rank, world.size, cfg.batch_size, self.micro)
         targets = all_reduce_sum(float(sum(b.target_tokens for b in batches)), world)
         positions = all_reduce_sum(float(sum(b.inputs.size for b in batches)), world)
         autocast = (
@@ -176,16 +186,17 @@ class Trainer:
             if self.bf16 and self.parallel is not Parallel.FSDP
             else contextlib.nullcontext()
         )
-        loss_sum = 0.0
+        loss_sum, correct = 0.0, 0
         for i, b in enumerate(batches):
             last = i == len(batches) - 1
             sync = contextlib.nullcontext() if last or self.parallel is not Parallel.DDP else self.wrapped.no_sync()
             with sync, autocast:
                 x, y, m = (torch.from_numpy(a).to(world.device) for a in (b.inputs, b.targets, b.loss_mask))
-                part = self.wrapped(x, targets=y, loss_mask=m)
+                part = self.wrapped(x, targets=y, loss_mask=m, count_correct=True)
                 # DDP/FSDP average gradients over processes: scale so the result is sum / global
-                (part * (world.size / max(targets, 1.0))).backward()
-            loss_sum += float(part.detach())
+                (part.loss * (world.size / max(targets, 1.0))).backward()
+            loss_sum += float(part.loss.detach())
+            correct += int(part.correct)
         max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
@@ -194,7 +205,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         tokens = cfg.batch_size * self.seq_len if cfg.stage is not Stage.SFT else int(targets)
         loss = all_reduce_sum(loss_sum, world) / max(targets, 1.0)
-        return StepStats(loss, float(grad_norm), tokens, positions, time.perf_counter() - t0)
+        accuracy = all_reduce_sum(float(correct), world) / max(targets, 1.0)
+        return StepStats(loss, accuracy, float(grad_norm), tokens, positions, time.perf_counter() - t0)
 
     def save(self, step: int) -> None:
         """A resumable step checkpoint (every process writes its part)."""
@@ -207,15 +219,21 @@ class Trainer:
             "tokenizer": tokenizer_spec(self.tokenizer),
             "train_config": self.cfg.to_dict(),
         }
+        if isinstance(self.source, CurriculumSource):
+            state["curriculum"] = self.source.state.to_dict()
         train_state.save_step(self.out, step, self.wrapped, self.optimizer, state, self.world, self.cfg.keep)
 
     # -- the loop ----------------------------------------------------------------------------------
+    def _probing(self, step: int) -> bool:
+        return bool(self.probes) and self.probe_every > 0 and step % self.probe_every == 0
+
     def _row(self, step: int, stats: StepStats, lr: float, flops: float, peak: float | None) -> dict[str, Any]:
         tps = stats.positions / stats.seconds
         row = {
             "step": step,
             "tokens": self.tokens_seen,
             "loss": stats.loss,
+            "accuracy": stats.accuracy,
             "lr": lr,
             "grad_norm": stats.grad_norm,
             "tokens_per_s": tps,
@@ -223,6 +241,10 @@ class Trainer:
             "step_time_s": stats.seconds,
             "stage": self.cfg.stage.value,
         }
+        if isinstance(self.source, CurriculumSource):
+            row["level"] = self.source.state.level
+        if self._probing(step):
+            row |= {p.name: run_probe(self.model, self.tokenizer, p) for p in self.probes}
         if self.world.device.type == "cuda":
             row["peak_gpu_mem_gib"] = torch.cuda.max_memory_allocated(self.world.device) / 2**30
         return row
@@ -242,7 +264,9 @@ class Trainer:
                 step += 1
                 self.tokens_seen += stats.tokens
                 last_loss = stats.loss
-                if step % cfg.log_every == 0 or step == self.total_steps:
+                if isinstance(self.source, CurriculumSource):
+                    self.source.state.observe(step - 1, stats.accuracy, self.source.c)
+                if step % cfg.log_every == 0 or step == self.total_steps or self._probing(step):
                     log.write(self._row(step, stats, lr, flops, peak))
                 if self.on_step:
                     speed = stats.positions / stats.seconds

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from contextlib import AbstractContextManager
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,14 @@ from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
 from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
+
+
+class LossSums(NamedTuple):
+    """The training loss of a forward pass with targets: the float32 sum of the counted targets'
+    cross-entropies, and how many of them the greedy (argmax) prediction gets right."""
+
+    loss: Tensor
+    correct: Tensor
 
 
 class RMSNorm(nn.Module):
@@ -169,9 +178,11 @@ class Transformer(HookedRootModule):
         targets: Tensor | None = None,
         loss_mask: Tensor | None = None,
         loss_chunk: int = 8192,
-    ) -> Tensor:
+        count_correct: bool = False,
+    ) -> Tensor | LossSums:
         """Logits ``[batch, seq, vocab]`` (``[batch, 1, vocab]`` with ``last_only``), or with ``targets``
-        the summed next-token loss.
+        the summed next-token loss (with ``count_correct``, :class:`LossSums`: also how many counted
+        targets the greedy prediction gets right).
 
         Args:
             input_ids: ``[batch, seq]`` token ids.
@@ -194,26 +205,31 @@ class Transformer(HookedRootModule):
             cache.position += input_ids.shape[1]
         x = self.ln_final(x)
         if targets is not None:
-            return self._loss_sum(x, targets, loss_mask, loss_chunk)
+            sums = self._loss_sum(x, targets, loss_mask, loss_chunk)
+            return sums if count_correct else sums.loss
         if last_only:
             x = x[:, -1:]
         return self.lm_head(x)
 
-    def _loss_sum(self, x: Tensor, targets: Tensor, mask: Tensor | None, chunk: int) -> Tensor:
+    def _loss_sum(self, x: Tensor, targets: Tensor, mask: Tensor | None, chunk: int) -> LossSums:
         flat_x, flat_t = x.flatten(0, 1), targets.flatten()
         flat_m = torch.ones_like(flat_t, dtype=torch.bool) if mask is None else mask.flatten()
         total = x.new_zeros((), dtype=torch.float32)
+        correct = torch.zeros((), dtype=torch.long, device=x.device)
         for start in range(0, flat_t.numel(), chunk):
             part = (flat_x[start : start + chunk], flat_t[start : start + chunk], flat_m[start : start + chunk])
             if torch.is_grad_enabled() and flat_x.requires_grad:
-                total = total + checkpoint(self._chunk_loss, *part, use_reentrant=False)
+                loss, right = checkpoint(self._chunk_loss, *part, use_reentrant=False)
             else:
-                total = total + self._chunk_loss(*part)
-        return total
+                loss, right = self._chunk_loss(*part)
+            total, correct = total + loss, correct + right
+        return LossSums(total, correct)
 
-    def _chunk_loss(self, x: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
-        losses = F.cross_entropy(self.lm_head(x).float(), targets, reduction="none")
-        return (losses * mask.to(losses.dtype)).sum()
+    def _chunk_loss(self, x: Tensor, targets: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        logits = self.lm_head(x).float()
+        losses = F.cross_entropy(logits, targets, reduction="none")
+        right = ((logits.detach().argmax(-1) == targets) & mask).sum()
+        return (losses * mask.to(losses.dtype)).sum(), right
 
     @torch.no_grad()
     def generate(

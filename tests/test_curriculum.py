@@ -1,0 +1,124 @@
+"""Curricula, their rows and state, in-training probes, and a curriculum run resumed exactly."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.testing import tiny_config
+from headprobe.text.tasks import Task
+from trainer.config import TrainConfig, TrainError
+from trainer.curriculum import Curriculum, CurriculumSource, CurriculumState
+from trainer.probes import Probe, run_probe
+from trainer.train import train
+
+NEEDLES = {"tasks": {"needle": 1}, "levels": [{"distance": [0, 20], "pairs": [1, 1]}, {"distance": [100, 120]}]}
+
+
+def test_levels_grow_geometrically_or_inherit_fields():
+    c = Curriculum.from_dict({"tasks": {"copy": 1}, "grow": {"distance": [16, 100], "factor": 2}})
+    assert [lv.distance for lv in c.levels] == [(8, 16), (16, 32), (32, 64), (50, 100)]
+    assert [lv.segment for lv in c.levels] == [(8, 16), (8, 32), (8, 64), (8, 96)]  # capped at segment_max
+    c = Curriculum.from_dict(NEEDLES)
+    assert c.levels[1].distance == (100, 120) and c.levels[1].pairs == (1, 1)  # inherited
+    assert c.accuracy == 0.85 and c.window == 20 and c.steps is None
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"tasks": {"copy": 1}}, "exactly one of `levels`"),
+        ({"tasks": {"sing": 1}, "levels": [{}]}, "unknown task 'sing'"),
+        ({"tasks": {"copy": 1}, "levels": [{"depth": 3}]}, "unknown level fields"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"steps": 5, "accuracy": 0.5}}, "advance is"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "speed": 1}, "unknown fields"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "prose": 1.0}, "prose is the share"),
+    ],
+)
+def test_bad_curricula_are_refused(raw, match):
+    with pytest.raises(TrainError, match=match):
+        Curriculum.from_dict(raw)
+
+
+def test_state_advances_on_accuracy_or_schedule():
+    c = Curriculum.from_dict({**NEEDLES, "advance": {"accuracy": 0.5, "window": 3}})
+    state = CurriculumState()
+    moves = [state.observe(step, acc, c) for step, acc in enumerate([0.9, 0.2, 0.2, 0.9, 0.9, 0.9, 0.9])]
+    # means of the last 3: -, -, 0.43, 0.43, 0.67 (> 0.5: advance after step 4); then the last level is final
+    assert moves == [False, False, False, False, True, False, False] and (state.level, state.since) == (1, 5)
+    c = Curriculum.from_dict({**NEEDLES, "levels": [*NEEDLES["levels"], {}], "advance": {"steps": 2}})
+    state = CurriculumState()
+    assert [state.observe(s, 0.0, c) for s in range(6)] == [False, True, False, True, False, False]
+    assert CurriculumState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+
+
+def test_rows_pack_examples_with_their_answers_as_targets():
+    tok = ByteTokenizer()
+    source = CurriculumSource(Curriculum.from_dict(NEEDLES), tok, seq_len=512, seed=0)
+    tokens, mask = source.row(3, 1)
+    assert len(tokens) == len(mask) == 513 and tokens[0] == tok.eos_id
+    text = tok.decode([t for t in tokens.tolist()])
+    targets = tok.decode([t for t, m in zip(tokens.tolist(), mask.tolist(), strict=True) if m])
+    answers = re.findall(r"Answer: (\d{4})", text)
+    assert answers and targets.replace(" ", "").startswith("".join(answers)[: len(targets.replace(" ", ""))])
+    again = source.row(3, 1)
+    assert (again[0] == tokens).all() and (source.row(3, 2)[0] != tokens).any()  # deterministic per (step, row)
+    source.state.level = 1  # a harder level: facts far from their questions
+    far = tok.decode(source.row(3, 1)[0].tolist())
+    assert far != text
+
+
+def test_probe_prompts_end_where_the_answer_begins_and_score_exact_answers():
+    tok = ByteTokenizer()
+    probe = Probe.parse("needle@300")
+    assert probe.task is Task.NEEDLE and probe.name == "probe/needle@300"
+    for prompt, answer in probe.prompts(tok):
+        text = tok.decode(prompt)
+        assert text.endswith("Answer:") and re.fullmatch(r" \d{4}", tok.decode(answer))
+        key = re.search(r"What is the code for the (\w+ \w+)\?", text).group(1)
+        assert f"The code for the {key} is{tok.decode(answer)}." in text
+
+    class Oracle(torch.nn.Module):  # answers from the prompt's own fact, or wrongly
+        def __init__(self, right: bool) -> None:
+            super().__init__()
+            self.w, self.right = torch.nn.Parameter(torch.zeros(1)), right
+
+        def generate(self, ids, n):
+            text = tok.decode(ids[0].tolist())
+            key = re.search(r"code for the (\w+ \w+)\? Answer:$", text).group(1)
+            value = re.search(rf"The code for the {key} is (\d{{4}})", text).group(1)
+            return torch.tensor([tok.encode(f" {value if self.right else '0000'}")[:n]])
+
+    assert run_probe(Oracle(True), tok, probe) == 1.0 and run_probe(Oracle(False), tok, probe) == 0.0
+    with pytest.raises(TrainError, match="task@distance"):
+        Probe.parse("needle")
+
+
+def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
+    cfg_file = tmp_path / "model.json"
+    cfg_file.write_text(tiny_config(vocab_size=264, max_seq_len=256).to_json())
+    (tmp_path / "c.json").write_text(
+        json.dumps({**NEEDLES, "advance": {"steps": 2}, "probes": ["needle@50"], "probe_every": 3})
+    )
+
+    def cfg(out, **kw):
+        base = dict(config=str(cfg_file), curriculum=str(tmp_path / "c.json"), out=str(out), steps=6, batch_size=2)
+        return TrainConfig(**{**base, "seq_len": 256, "warmup_steps": 1, "progress": False, **kw})
+
+    train(cfg(tmp_path / "straight"))
+    rows = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["level"] for r in rows] == [0, 1, 1, 1, 1, 1]  # advanced after 2 steps; 2 levels only
+    assert all(0 <= r["accuracy"] <= 1 for r in rows) and "probe/needle@50" in rows[2] and "probe/needle@50" in rows[5]
+    train(cfg(tmp_path / "cut", save_every=3))
+    for leftover in ("final", "step_000006", "result.json"):  # as if it had stopped after step 3
+        path = tmp_path / "cut" / leftover
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    train(cfg(tmp_path / "cut", resume=True))
+    resumed = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in rows]  # the same batches, bit for bit
+    assert [r["level"] for r in resumed] == [r["level"] for r in rows]
