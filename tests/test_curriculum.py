@@ -122,3 +122,14 @@ def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
     resumed = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in rows]  # the same batches, bit for bit
     assert [r["level"] for r in resumed] == [r["level"] for r in rows]
+
+
+def test_copy_probes_cue_the_repeat_and_ask_for_its_continuation():
+    from trainer.probes import COPY_CUE, COPY_TOKENS
+
+    tok = ByteTokenizer()
+    for prompt, answer in Probe.parse("copy@200").prompts(tok):
+        text, cont = tok.decode(prompt), tok.decode(answer)
+        cue = text[-COPY_CUE:]
+        first = text.index(cue + cont)  # the cue and its continuation occurred before: copying answers it
+        assert first < len(text) - COPY_CUE - 150 and len(answer) == COPY_TOKENS

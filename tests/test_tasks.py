@@ -21,8 +21,8 @@ def test_copy_repeats_its_segment_and_the_loss_counts_the_repeat():
     for i in range(40):
         ex = m.example(0, i)
         ((start, end),) = ex.loss_spans
-        assert end == len(ex.text) and ex.text[start] == " "
-        segment = ex.text[start + 1 : end]
+        assert end == len(ex.text) and ex.text[start - 1] == " "
+        segment = ex.text[start:end]
         assert ex.text.startswith(segment + " ") and 2 <= len(segment) <= 32
         gap = len(ex.text) - 2 * len(segment) - 2
         assert 100 - 1 <= gap <= 200, gap  # the gap (prose cut to length) lies in the distance range

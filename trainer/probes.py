@@ -4,7 +4,8 @@ A probe ``task@distance`` (``needle@1000``, ``recall@500``, ``copy@300``) draws 
 with keys from the held-out half of the nouns (:mod:`headprobe.text.tasks`) and exactly ``distance``
 characters between what is to be retrieved and where it is asked for; the prompt is the text up to the
 first answer, and the score is the share of examples whose answer's tokens greedy decoding reproduces
-exactly (for ``copy``: the first ``COPY_TOKENS`` tokens of the repeat).
+exactly. For ``copy`` nothing tells where a repeat begins, so the prompt also holds the repeat's first
+``COPY_CUE`` tokens and the answer is the ``COPY_TOKENS`` after them (induction: continue what recurs).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from headprobe.text.tasks import Split, Task, TaskMix, TaskSettings
 from trainer.config import TrainError
 
 COPY_TOKENS = 8
+COPY_CUE = 4
 PROBE_SEED = 1_000_003  # examples no training seed draws
 
 
@@ -54,8 +56,9 @@ class Probe:
             ids, offsets = tokenizer.encode_offsets(ex.text)
             cut = next(j for j, (a, _) in enumerate(offsets) if a >= start)
             stop = next((j for j, (a, _) in enumerate(offsets) if a >= end), len(ids))
-            answer = ids[cut:stop][:COPY_TOKENS] if self.task is Task.COPY else ids[cut:stop]
-            out.append(([tokenizer.eos_id, *ids[:cut]], answer))
+            if self.task is Task.COPY:
+                cut, stop = cut + COPY_CUE, min(stop, cut + COPY_CUE + COPY_TOKENS)
+            out.append(([tokenizer.eos_id, *ids[:cut]], ids[cut:stop]))
         return out
 
 

@@ -106,7 +106,7 @@ def copy_example(w: Writer, s: TaskSettings) -> TaskExample:
         segment = " ".join(w.rng.choice(w.nouns) for _ in range(max(2, len(segment) // 7)))[: len(segment)]
     gap = _prose(w, w.rng.randint(*s.distance))
     text = f"{segment} {gap} {segment}" if gap else f"{segment} {segment}"
-    return TaskExample(text, ((len(text) - len(segment) - 1, len(text)),), "copy")
+    return TaskExample(text, ((len(text) - len(segment), len(text)),), "copy")
 
 
 def recall_example(w: Writer, s: TaskSettings) -> TaskExample:
