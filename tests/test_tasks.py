@@ -47,7 +47,8 @@ def test_needle_answers_the_question_from_the_fact():
         ex = m.example(2, i)
         facts = dict(re.findall(r"The code for the ([a-z]+ [a-z]+) is (\d{4})\.", ex.text))
         key = re.search(r"What is the code for the ([a-z]+ [a-z]+)\? Answer:", ex.text).group(1)
-        ((start, end),) = ex.loss_spans
+        (rs, re_), (start, end) = ex.loss_spans
+        assert ex.text[rs:re_] == f" The code for the {key} is" and re_ == start
         assert ex.text[start:end] == " " + facts[key] and ex.text.endswith(facts[key] + ".")
         fact_end = ex.text.index(f"The code for the {key} is") + len(f"The code for the {key} is {facts[key]}.")
         assert ex.text.index("Question:") - fact_end >= 300 - 1  # at least the distance apart
@@ -76,7 +77,8 @@ def test_deterministic_in_seed_and_index_and_prose_counts_everything():
 def test_byte_masks_cover_exactly_the_answer():
     ex = mix(Task.NEEDLE).example(4, 0)
     ids, mask = encode_spans(ByteTokenizer(), ex.text, ex.loss_spans)
-    assert bytes(i for i, m in zip(ids, mask, strict=True) if m).decode() == ex.text[slice(*ex.loss_spans[0])]
+    answer = ex.text[ex.loss_spans[0][0] : ex.loss_spans[-1][1]]
+    assert bytes(i for i, m in zip(ids, mask, strict=True) if m).decode() == answer
 
 
 @pytest.mark.parametrize("bad", [dict(distance=(5, 1)), dict(pairs=(0, 2)), dict(queries=0), dict(split="test")])

@@ -3,9 +3,11 @@
 A probe ``task@distance`` (``needle@1000``, ``recall@500``, ``copy@300``) draws examples of that task
 with keys from the held-out half of the nouns (:mod:`headprobe.text.tasks`) and exactly ``distance``
 characters between what is to be retrieved and where it is asked for; the prompt is the text up to the
-first answer, and the score is the share of examples whose answer's tokens greedy decoding reproduces
-exactly. For ``copy`` nothing tells where a repeat begins, so the prompt also holds the repeat's first
-``COPY_CUE`` tokens and the answer is the ``COPY_TOKENS`` after them (induction: continue what recurs).
+answer (for ``needle``: up to the value, after the restated fact, as RULER's answer prefixes do; for
+``recall``: the first recalled value), and the score is the share of examples whose answer's tokens
+greedy decoding reproduces exactly. For ``copy`` nothing tells where a repeat begins, so the prompt
+also holds the repeat's first ``COPY_CUE`` tokens and the answer is the ``COPY_TOKENS`` after them
+(induction: continue what recurs).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ class Probe:
         out = []
         for i in range(self.samples):
             ex = mix.example(PROBE_SEED, i)
-            start, end = ex.loss_spans[0]
+            # needle: the value after the restated fact (the prompt holds the restatement); else the first
+            start, end = ex.loss_spans[-1] if self.task is Task.NEEDLE else ex.loss_spans[0]
             ids, offsets = tokenizer.encode_offsets(ex.text)
             cut = next(j for j, (a, _) in enumerate(offsets) if a >= start)
             stop = next((j for j, (a, _) in enumerate(offsets) if a >= end), len(ids))

@@ -8,8 +8,9 @@ per-token loss mask for any tokenizer. Distances are in characters (tokens for t
 ``copy``       a segment, a gap of prose, the segment again; the loss counts the repeat
 ``recall``     multi-query associative recall: key-value pairs, prose, then some keys again with their
                values; the loss counts the recalled values
-``needle``     prose holding facts ("The code for the red cup is 4471."), more prose, a question; the loss
-               counts the answer
+``needle``     prose holding facts ("The code for the red cup is 4471."), more prose, a question answered
+               by restating the fact ("Answer: The code for the red cup is 4471."); the loss counts the
+               answer, in two spans: the restatement and the value
 ``prose``      the built-in corpus' prose; every token counts
 =============  ============================================================================================
 
@@ -141,9 +142,11 @@ def needle_example(w: Writer, s: TaskSettings) -> TaskExample:
     key = w.rng.choice(list(facts))
     body = " ".join(f"{_prose(w, w.rng.randint(0, 64))} {needle_fact(k, v)}".strip() for k, v in facts.items())
     text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {needle_question(key)}"
+    restated = f" The code for the {key} is"  # the answer restates the fact, then copies its value
     start = len(text)
-    text += f" {facts[key]}."
-    return TaskExample(text, ((start, start + len(facts[key]) + 1),), "needle")
+    text += f"{restated} {facts[key]}."
+    value = start + len(restated)
+    return TaskExample(text, ((start, value), (value, value + len(facts[key]) + 1)), "needle")
 
 
 def prose_example(w: Writer, s: TaskSettings) -> TaskExample:
