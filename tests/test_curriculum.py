@@ -11,10 +11,10 @@ import torch
 
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.testing import tiny_config
+from headprobe.text.probes import Probe, ProbeError, run_probe
 from headprobe.text.tasks import Task
 from trainer.config import TrainConfig, TrainError
 from trainer.curriculum import Curriculum, CurriculumSource, CurriculumState
-from trainer.probes import Probe, run_probe
 from trainer.train import train
 
 NEEDLES = {"tasks": {"needle": 1}, "levels": [{"distance": [0, 20], "pairs": [1, 1]}, {"distance": [100, 120]}]}
@@ -64,7 +64,7 @@ def test_rows_pack_examples_with_their_answers_as_targets():
     assert len(tokens) == len(mask) == 513 and tokens[0] == tok.eos_id
     text = tok.decode([t for t in tokens.tolist()])
     targets = tok.decode([t for t, m in zip(tokens.tolist(), mask.tolist(), strict=True) if m])
-    answers = re.findall(r"Answer:( The code for the \w+ \w+ is \d{4})\.", text)  # complete examples only
+    answers = re.findall(r"Answer: The code for the \w+ \w+ is( \d{4})\.", text)  # complete examples only
     assert answers and targets.startswith("".join(answers))  # exactly the answers are targets
     again = source.row(3, 1)
     assert (again[0] == tokens).all() and (source.row(3, 2)[0] != tokens).any()  # deterministic per (step, row)
@@ -95,20 +95,20 @@ def test_probe_prompts_end_where_the_answer_begins_and_score_exact_answers():
             return torch.tensor([tok.encode(f" {value if self.right else '0000'}")[:n]])
 
     assert run_probe(Oracle(True), tok, probe) == 1.0 and run_probe(Oracle(False), tok, probe) == 0.0
-    with pytest.raises(TrainError, match="task@distance"):
+    with pytest.raises(ProbeError, match="task@distance"):
         Probe.parse("needle")
 
 
 def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
     cfg_file = tmp_path / "model.json"
-    cfg_file.write_text(tiny_config(vocab_size=264, max_seq_len=256).to_json())
+    cfg_file.write_text(tiny_config(vocab_size=264, max_seq_len=512).to_json())
     (tmp_path / "c.json").write_text(
         json.dumps({**NEEDLES, "advance": {"steps": 2}, "probes": ["needle@50"], "probe_every": 3})
     )
 
     def cfg(out, **kw):
         base = dict(config=str(cfg_file), curriculum=str(tmp_path / "c.json"), out=str(out), steps=6, batch_size=2)
-        return TrainConfig(**{**base, "seq_len": 256, "warmup_steps": 1, "progress": False, **kw})
+        return TrainConfig(**{**base, "seq_len": 512, "warmup_steps": 1, "progress": False, **kw})
 
     train(cfg(tmp_path / "straight"))
     rows = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
@@ -125,11 +125,19 @@ def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
 
 
 def test_copy_probes_cue_the_repeat_and_ask_for_its_continuation():
-    from trainer.probes import COPY_CUE, COPY_TOKENS
+    from headprobe.text.probes import COPY_TOKENS
 
     tok = ByteTokenizer()
     for prompt, answer in Probe.parse("copy@200").prompts(tok):
         text, cont = tok.decode(prompt), tok.decode(answer)
-        cue = text[-COPY_CUE:]
+        cue = text.rsplit(" ", 1)[-1]  # the prompt ends with the repeat's first word
         first = text.index(cue + cont)  # the cue and its continuation occurred before: copying answers it
-        assert first < len(text) - COPY_CUE - 150 and len(answer) == COPY_TOKENS
+        assert first < len(text) - len(cue) - 200 and len(answer) == COPY_TOKENS and cont.startswith(" ")
+
+
+def test_an_example_longer_than_a_row_is_refused_with_the_fix():
+    far = {"tasks": {"needle": 1}, "levels": [{"distance": [900, 1000]}]}
+    source = CurriculumSource(Curriculum.from_dict(far), ByteTokenizer(), seq_len=256, seed=0)
+    with pytest.raises(TrainError, match="longer than `seq_len` 256; raise `seq_len`"):
+        source.row(0, 0)
+    assert CurriculumSource(Curriculum.from_dict(far), ByteTokenizer(), seq_len=2048, seed=0).row(0, 0)[1].any()

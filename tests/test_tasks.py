@@ -8,7 +8,7 @@ import re
 import pytest
 
 from headprobe.model.tokenizer import ByteTokenizer, encode_spans
-from headprobe.text.tasks import Split, Task, TaskMix, TaskSettings, _keys
+from headprobe.text.tasks import Split, Task, TaskMix, TaskSettings, keys
 from headprobe.text.wordlists import words
 
 
@@ -18,14 +18,20 @@ def mix(task: Task, **settings) -> TaskMix:
 
 def test_copy_repeats_its_segment_and_the_loss_counts_the_repeat():
     m = mix(Task.COPY, distance=(100, 200), segment=(16, 32))
+    firsts = set()
     for i in range(40):
         ex = m.example(0, i)
         ((start, end),) = ex.loss_spans
-        assert end == len(ex.text) and ex.text[start - 1] == " "
-        segment = ex.text[start:end]
-        assert ex.text.startswith(segment + " ") and 2 <= len(segment) <= 32
-        gap = len(ex.text) - 2 * len(segment) - 2
+        cue_start = ex.text.rindex(" ", 0, start) + 1  # the repeat's first word is its cue, not a target
+        segment = ex.text[cue_start:end]
+        assert end == len(ex.text) and ex.text[start] == " " and " " in segment
+        assert len(segment) <= 32 or len(segment.split()) == 2  # two words may be longer
+        first = ex.text.index(segment + " ")
+        assert first < cue_start and first <= 200 // 4 + 1  # it occurred before, after a short lead of prose
+        gap = cue_start - (first + len(segment)) - 2
         assert 100 - 1 <= gap <= 200, gap  # the gap (prose cut to length) lies in the distance range
+        firsts.add(first)
+    assert len(firsts) > 20  # segments start at many places, not at the document's start
 
 
 def test_recall_values_are_those_of_their_keys():
@@ -47,8 +53,8 @@ def test_needle_answers_the_question_from_the_fact():
         ex = m.example(2, i)
         facts = dict(re.findall(r"The code for the ([a-z]+ [a-z]+) is (\d{4})\.", ex.text))
         key = re.search(r"What is the code for the ([a-z]+ [a-z]+)\? Answer:", ex.text).group(1)
-        (rs, re_), (start, end) = ex.loss_spans
-        assert ex.text[rs:re_] == f" The code for the {key} is" and re_ == start
+        ((start, end),) = ex.loss_spans  # the value only; the restatement before it is context
+        assert ex.text[:start].endswith(f"Answer: The code for the {key} is")
         assert ex.text[start:end] == " " + facts[key] and ex.text.endswith(facts[key] + ".")
         fact_end = ex.text.index(f"The code for the {key} is") + len(f"The code for the {key} is {facts[key]}.")
         assert ex.text.index("Question:") - fact_end >= 300 - 1  # at least the distance apart
@@ -56,7 +62,7 @@ def test_needle_answers_the_question_from_the_fact():
 
 def test_splits_use_disjoint_keys():
     train = {ex.text for i in range(5) for ex in [mix(Task.NEEDLE).example(0, i)]}
-    heldout_keys, train_keys = set(_keys(Split.HELDOUT)), set(_keys(Split.TRAIN))
+    heldout_keys, train_keys = set(keys(Split.HELDOUT)), set(keys(Split.TRAIN))
     assert not heldout_keys & train_keys and heldout_keys | train_keys == set(words("nouns"))
     for i in range(30):
         ex = mix(Task.NEEDLE, split="heldout").example(0, i)

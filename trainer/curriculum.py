@@ -199,6 +199,12 @@ class CurriculumSource:
         while len(ids) < self.seq_len + 1:
             ex = mix.example(self.seed, base + k)
             tokens, flags = encode_spans(self.tokenizer, ex.text, ex.loss_spans or [(0, len(ex.text))])
+            if k == 0 and len(tokens) + 1 > self.seq_len:  # later examples may be cut; the first must fit
+                raise TrainError(
+                    f"curriculum level {self.state.level} ({mix.settings.distance[1]} characters apart) makes "
+                    f"a {ex.kind} example of {len(tokens):,} tokens, longer than `seq_len` {self.seq_len:,}; "
+                    "raise `seq_len` or lower the level's distance"
+                )
             ids += [*tokens, eos]
             mask += [*flags, False]
             k += 1

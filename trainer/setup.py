@@ -138,20 +138,19 @@ def data_source(
         sft = SftData(examples, tok, seq_len)
         desc = {"kind": "sft", "data": cfg.data or "builtin", "items": len(sft)}
         return Source(sft, sft.pad_id, desc, cfg.seed), tok
+    folder = Path(cfg.data) if cfg.data else None
     if cfg.curriculum:
-        return curriculum_source(cfg, seq_len, tokenizer, model_cfg)
-    folder = Path(cfg.data) if cfg.data else builtin_corpus(tokens_needed, cfg.seed, world)
-    data = TokenData(folder)
-    man = data.manifest
+        curriculum = Curriculum.load(cfg.curriculum)
+        tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
+        if curriculum.prose and folder is None:  # prose rows from the built-in corpus
+            folder = builtin_corpus(tokens_needed, cfg.seed, world)
+        prose = _packed(folder, seq_len, tok, model_cfg) if folder else None
+        return CurriculumSource(curriculum, tok, seq_len, cfg.seed, prose), tok
+    folder = folder or builtin_corpus(tokens_needed, cfg.seed, world)
     if tokenizer is None:
-        tokenizer = load_tokenizer(cfg.tokenizer or man.tokenizer)
-    check_same_tokenizer(folder, man, tokenizer)
-    if man.vocab_size > model_cfg.vocab_size:
-        raise DataError(
-            f"{folder} was tokenised with {man.vocab_size:,} ids but the model has "
-            f"vocab_size={model_cfg.vocab_size:,}; prepare the data with the model's tokenizer"
-        )
-    seqs = PackedSequences(data, seq_len)
+        tokenizer = load_tokenizer(cfg.tokenizer or TokenData(folder).manifest.tokenizer)
+    seqs = _packed(folder, seq_len, tokenizer, model_cfg)
+    man = seqs.data.manifest
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else man.eod_id
     desc = {"kind": "packed", "data": str(folder), "total_tokens": man.total_tokens, "items": len(seqs)}
     return Source(seqs, pad, desc, cfg.seed), tokenizer
@@ -166,15 +165,6 @@ def _packed(folder: Path, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer, 
             f"vocab_size={model_cfg.vocab_size:,}; prepare the data with the model's tokenizer"
         )
     return PackedSequences(data, seq_len)
-
-
-def curriculum_source(
-    cfg: TrainConfig, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer | None, model_cfg: ModelConfig
-) -> tuple[CurriculumSource, ByteTokenizer | HFTokenizer]:
-    """Tasks generated on the fly by the curriculum file, with ``data`` (plain text) as its prose rows."""
-    tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
-    prose = _packed(Path(cfg.data), seq_len, tok, model_cfg) if cfg.data else None
-    return CurriculumSource(Curriculum.load(cfg.curriculum), tok, seq_len, cfg.seed, prose), tok
 
 
 def tokenizer_spec(tokenizer: ByteTokenizer | HFTokenizer) -> str:

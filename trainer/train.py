@@ -30,6 +30,7 @@ from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.text.probes import Probe, ProbeError, run_probe
 from trainer import train_state
 from trainer.config import RESULT_FILE, Parallel, Precision, Stage, TrainConfig, TrainError, TrainResult
 from trainer.curriculum import CurriculumSource, CurriculumState
@@ -38,7 +39,6 @@ from trainer.interrupt import interrupt_flag
 from trainer.logbook import MetricsLog
 from trainer.mfu import mfu, peak_flops
 from trainer.optim import Schedule, build_optimizer
-from trainer.probes import Probe, run_probe
 from trainer.setup import apply_freeze, data_source, model_and_tokenizer, tokenizer_spec
 from trainer.train_state import list_steps
 
@@ -156,7 +156,10 @@ class Trainer:
         curriculum = self.source.c if isinstance(self.source, CurriculumSource) else None
         names = spec.split(",") if spec else list(curriculum.probes if curriculum else ())
         self.probe_every = self.cfg.probe_every or (curriculum.probe_every if curriculum else 0)
-        return [Probe.parse(n) for n in names if n.strip()]
+        try:
+            return [Probe.parse(n) for n in names if n.strip()]
+        except ProbeError as err:
+            raise TrainError(str(err)) from None
 
     def _write_config(self) -> None:
         if not self.world.is_main:
@@ -255,7 +258,7 @@ class Trainer:
         flops = budget(self.model_cfg, self.seq_len).flops_per_token
         peak = peak_flops(world.device, cfg.peak_flops)
         log = MetricsLog(self.out, self.start_step, cfg, world.is_main)
-        step, last_loss, interrupted = self.start_step, None, False
+        step, last_loss, interrupted = self.start_step, log.last_loss, False
         self.wrapped.train()
         with interrupt_flag() as stop:
             while step < self.total_steps:

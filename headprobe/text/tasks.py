@@ -5,12 +5,13 @@ targets (the rest is context); :func:`headprobe.model.tokenizer.encode_spans` tu
 per-token loss mask for any tokenizer. Distances are in characters (tokens for the byte tokenizer).
 
 =============  ============================================================================================
-``copy``       a segment, a gap of prose, the segment again; the loss counts the repeat
+``copy``       prose, a segment, a gap of prose, the segment again; the loss counts the repeat after its
+               first word (the cue: nothing else tells that a repeat begins)
 ``recall``     multi-query associative recall: key-value pairs, prose, then some keys again with their
                values; the loss counts the recalled values
 ``needle``     prose holding facts ("The code for the red cup is 4471."), more prose, a question answered
-               by restating the fact ("Answer: The code for the red cup is 4471."); the loss counts the
-               answer, in two spans: the restatement and the value
+               answered by restating the fact ("Answer: The code for the red cup is 4471."); the loss
+               counts the value only (the restatement is context, as RULER's answer prefixes are)
 ``prose``      the built-in corpus' prose; every token counts
 =============  ============================================================================================
 
@@ -81,7 +82,8 @@ class TaskSettings:
 
 
 @cache
-def _keys(split: Split) -> tuple[str, ...]:
+def keys(split: Split) -> tuple[str, ...]:
+    """The nouns keys are drawn from: the even-numbered ones for ``train``, the odd for ``heldout``."""
     nouns = words("nouns")
     return nouns[0::2] if split is Split.TRAIN else nouns[1::2]
 
@@ -94,7 +96,7 @@ def _prose(w: Writer, n_chars: int) -> str:
 
 
 def _key(w: Writer, split: Split) -> str:
-    return f"{w.rng.choice(w.adjs)} {w.rng.choice(_keys(split))}"
+    return f"{w.rng.choice(w.adjs)} {w.rng.choice(keys(split))}"
 
 
 def _value(w: Writer) -> str:
@@ -102,12 +104,22 @@ def _value(w: Writer) -> str:
 
 
 def copy_example(w: Writer, s: TaskSettings) -> TaskExample:
-    segment = _prose(w, w.rng.randint(*s.segment)).strip() or "the cup"
-    if w.rng.random() < 0.5:  # half the segments are random words: nothing to predict but by copying
-        segment = " ".join(w.rng.choice(w.nouns) for _ in range(max(2, len(segment) // 7)))[: len(segment)]
+    n_chars = w.rng.randint(*s.segment)
+    segment = _prose(w, n_chars).strip()
+    if w.rng.random() < 0.5 or " " not in segment:  # random words: nothing to predict but by copying
+        picked = [w.rng.choice(w.nouns), w.rng.choice(w.nouns)]
+        while len(" ".join(picked)) < n_chars:
+            picked.append(w.rng.choice(w.nouns))
+        if len(picked) > 2 and len(" ".join(picked)) > n_chars:
+            picked.pop()
+        segment = " ".join(picked)  # at least two words; longer than n_chars only when two are
+    # prose before the segment: it starts anywhere, so "repeat the document's start" is no solution
+    lead = _prose(w, w.rng.randint(0, max(16, s.distance[1] // 4))).strip()
     gap = _prose(w, w.rng.randint(*s.distance))
-    text = f"{segment} {gap} {segment}" if gap else f"{segment} {segment}"
-    return TaskExample(text, ((len(text) - len(segment), len(text)),), "copy")
+    text = " ".join(part for part in (lead, segment, gap, segment) if part)
+    # the repeat's first word is the cue (nothing tells a repeat begins); the loss counts the rest
+    start = len(text) - len(segment) + segment.index(" ")
+    return TaskExample(text, ((start, len(text)),), "copy")
 
 
 def recall_example(w: Writer, s: TaskSettings) -> TaskExample:
@@ -142,11 +154,10 @@ def needle_example(w: Writer, s: TaskSettings) -> TaskExample:
     key = w.rng.choice(list(facts))
     body = " ".join(f"{_prose(w, w.rng.randint(0, 64))} {needle_fact(k, v)}".strip() for k, v in facts.items())
     text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {needle_question(key)}"
-    restated = f" The code for the {key} is"  # the answer restates the fact, then copies its value
+    text += f" The code for the {key} is"  # the answer restates the fact (context), then gives its value
     start = len(text)
-    text += f"{restated} {facts[key]}."
-    value = start + len(restated)
-    return TaskExample(text, ((start, value), (value, value + len(facts[key]) + 1)), "needle")
+    text += f" {facts[key]}."
+    return TaskExample(text, ((start, start + len(facts[key]) + 1),), "needle")
 
 
 def prose_example(w: Writer, s: TaskSettings) -> TaskExample:
