@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,10 +68,13 @@ class Silent:
 # ---------------------------------------------------------------------------------------------
 def checkpoint_name(path: str | Path) -> str:
     """The results sub-folder of a checkpoint: its folder name, with its parents when the name is
-    generic (``final``, ``step_...``: ``runs/grid/toy-d16/sft/final`` -> ``toy-d16-sft-final``)."""
+    generic (``final``, ``step_...``: ``runs/x/toy-d16/sft/final`` -> ``toy-d16-sft-final``; in a
+    grid's seed folder ``runs/grid/toy-d16/s0/pt/final`` -> ``toy-d16-s0-pt-final``)."""
     path = Path(path)
     if path.name == "final" or path.name.startswith("step_"):
-        return "-".join(path.resolve().parts[-3:])
+        parts = path.resolve().parts
+        depth = 4 if len(parts) >= 4 and re.fullmatch(r"s\d+", parts[-3]) else 3
+        return "-".join(parts[-depth:])
     return path.name
 
 

@@ -102,6 +102,7 @@ def test_parts_are_done_only_with_the_same_key(tmp_path):
 
 def test_checkpoint_names():
     assert checkpoint_name("runs/grid/toy-d16/sft/final").endswith("toy-d16-sft-final")
+    assert checkpoint_name("runs/grid/toy-d16/s2/cpt/final") == "toy-d16-s2-cpt-final"  # a grid seed folder
     assert checkpoint_name("runs/x/step_000100").endswith("x-step_000100")
     assert checkpoint_name("models/qwen2") == "qwen2"
 

@@ -22,7 +22,6 @@ from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
 from trainer.config import TrainConfig, TrainError
 from trainer.data import DataError, Sampler, synth
-from trainer.grid import run_grid
 from trainer.sft import SftData, builtin_examples
 from trainer.train import train
 
@@ -214,30 +213,6 @@ def test_sft_loss_counts_response_tokens_only(tmp_path):
                     count += 1
     assert count < sum(len(items[int(i)][0]) - 1 for i in picked)  # prompts really are excluded
     assert logged == pytest.approx(total / count, rel=1e-5)
-
-
-def test_grid_runs_stages_in_order_and_skips_finished_ones(tmp_path):
-    tiny = dict(steps=2, batch_size=2, seq_len=64, warmup_steps=0, progress=False)
-    calls: list[tuple[str, str]] = []
-
-    def spy(cfg: TrainConfig):
-        calls.append((Path(cfg.out).parent.name, cfg.stage))
-        assert cfg.resume
-        if cfg.stage != "pt":
-            assert cfg.init == str(Path(cfg.out).parent / ("pt" if cfg.stage == "cpt" else "cpt") / "final")
-        return train(cfg)
-
-    manifest = run_grid(
-        "toy", tmp_path, ["d16"], ["pt", "cpt", "sft"], overrides=tiny, run_stage=spy, log=lambda _: None
-    )
-    assert calls == [("toy-d16", "pt"), ("toy-d16", "cpt"), ("toy-d16", "sft")]
-    entry = manifest["members"]["toy-d16"]
-    assert set(entry) == {"pt", "cpt", "sft"} and all(Path(e["checkpoint"]).is_dir() for e in entry.values())
-    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
-    calls.clear()
-    (tmp_path / "toy-d16" / "sft" / "result.json").unlink()  # as if sft crashed before finishing
-    run_grid("toy", tmp_path, ["d16"], ["pt", "cpt", "sft"], overrides=tiny, run_stage=spy, log=lambda _: None)
-    assert calls == [("toy-d16", "sft")]
 
 
 @pytest.mark.parametrize(

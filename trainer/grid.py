@@ -1,17 +1,39 @@
-"""``headprobe train grid``: every member of a scale through pt -> cpt -> sft, resumable.
+"""``headprobe train grid``: every member x seed of a recipe through its runs, resumable.
 
-``RUNS/<preset>/<stage>/`` is one training run (see :mod:`trainer.train`); each stage starts from the
-previous stage's ``final/`` checkpoint. A stage counts as finished when its ``final/`` checkpoint and
-``result.json`` exist; finished stages are skipped, unfinished ones resume from their newest step
-checkpoint, so rerunning the command after a crash continues. ``RUNS/manifest.json`` maps
-member -> stage -> checkpoint, tokens and final loss, and is rewritten atomically after every stage.
+A *recipe* (JSON: the built-in ``trainer/configs/<scale>.json`` or any file) says what to train::
+
+    {
+      "scale": "toy",
+      "seeds": [0, 1, 2],
+      "runs": {
+        "pt":         {"stage": "pt", "curriculum": "curricula/toy-pt.json", "steps": 1500, ...},
+        "cpt":        {"stage": "cpt", "from": "pt", "seq_len": 2048, ...},
+        "cpt-frozen": {"like": "cpt", "freeze": "attention"},
+        "sft":        {"stage": "sft", "from": "cpt", ...}
+      },
+      "profiles": {"demo": {"seeds": [0], "runs": {"pt": {"steps": 300}}}}
+    }
+
+* ``runs``, in order: each is one training run (:class:`trainer.config.TrainConfig` fields) with
+  ``stage`` (default: its name), ``from`` (the run whose ``final/`` checkpoint it starts from; pt
+  starts from the member's preset) and ``like`` (take another run's settings, then change some).
+  A relative ``curriculum``/``data`` path is read beside the recipe file when it exists there.
+* ``profiles``: named changes to the recipe (``seeds``, any run's settings), e.g. a quick ``demo``.
+
+``RUNS/<member>/s<seed>/<run>/`` is one training run (see :mod:`trainer.train`). A run counts as
+finished when its ``final/`` checkpoint and ``result.json`` exist; finished runs are skipped,
+unfinished ones resume from their newest step checkpoint, so rerunning the command after a crash or an
+interrupt continues. ``RUNS/manifest.json`` lists every finished run (member, seed, run, stage, from,
+checkpoint, tokens, steps, final loss) and is rewritten atomically after each.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -21,120 +43,211 @@ from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, TrainConfig, TrainError, TrainResult
 from trainer.train import train
 
-STAGES = ("pt", "cpt", "sft")
+_RUN_KEYS = {"stage", "from", "like"}
+_PATH_KEYS = ("curriculum", "data", "tokenizer")
 
 
-def recipe(scale: str) -> dict[str, Any]:
-    """The study's recipe for a scale (``trainer/configs/<scale>.json``)."""
-    try:
-        text = files("trainer.configs").joinpath(f"{scale}.json").read_text()
-    except FileNotFoundError:
-        raise TrainError(f"no recipe for scale {scale!r}") from None
-    return json.loads(text)
+@dataclass(frozen=True)
+class Recipe:
+    """A parsed recipe: the scale, the seeds and each run's settings (``from``/``stage`` resolved)."""
+
+    scale: str
+    seeds: tuple[int, ...]
+    runs: dict[str, dict[str, Any]]
+    source: str
+    study: dict[str, Any] = field(default_factory=dict)  # what `headprobe study` measures (headprobe.study)
+
+    @classmethod
+    def load(cls, spec: str | Path, profile: str | None = None) -> Recipe:
+        """``spec``: a built-in scale name (``toy``) or a recipe file; ``profile``: one of its profiles."""
+        path = Path(spec)
+        if path.suffix != ".json" and len(path.parts) == 1:  # a scale name: the built-in recipe
+            builtin = files("trainer.configs").joinpath(f"{spec}.json")
+            if not builtin.is_file():
+                raise TrainError(f"no built-in recipe for scale {spec!r}; give a recipe file instead")
+            path = Path(str(builtin))
+        if not path.is_file():
+            raise TrainError(f"recipe file {path} does not exist")
+        try:
+            raw = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise TrainError(f"{path} is not valid JSON: {err}") from None
+        return cls.from_dict(raw, path, profile)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], path: Path, profile: str | None = None) -> Recipe:
+        raw = copy.deepcopy(raw)
+        if profile:
+            profiles = raw.get("profiles", {})
+            if profile not in profiles:
+                raise TrainError(f"{path}: no profile {profile!r}; it has {', '.join(profiles) or 'none'}")
+            change = profiles[profile]
+            raw["seeds"] = change.get("seeds", raw.get("seeds"))
+            raw["study"] = {**raw.get("study", {}), **change.get("study", {})}
+            for name, settings in change.get("runs", {}).items():
+                if name not in raw.get("runs", {}):
+                    raise TrainError(f"{path}: profile {profile!r} changes run {name!r}, which the recipe lacks")
+                _replace_length(raw["runs"][name], settings)
+        if "scale" not in raw or not raw.get("runs"):
+            raise TrainError(f"{path}: a recipe names its `scale` and its `runs`")
+        runs: dict[str, dict[str, Any]] = {}
+        for name, settings in raw["runs"].items():
+            runs[name] = _resolve_run(name, settings, runs, path)
+        unknown = sorted(set(raw) - {"scale", "description", "seeds", "runs", "profiles", "study"})
+        if unknown:
+            raise TrainError(f"{path}: unknown recipe fields {unknown}")
+        seeds = tuple(int(s) for s in raw.get("seeds") or [0])
+        return cls(str(raw["scale"]), seeds, runs, str(path), dict(raw.get("study", {})))
 
 
-def stage_dir(runs: Path, member: str, stage: str, cpt_freeze: str | None) -> Path:
-    if stage in ("cpt", "sft") and cpt_freeze:
-        return runs / member / f"{stage}-frozen-{cpt_freeze}"
-    return runs / member / stage
+def _replace_length(settings: dict[str, Any], change: dict[str, Any]) -> None:
+    """Apply ``change`` to ``settings``; a change of ``steps``/``tokens`` replaces either."""
+    if {"steps", "tokens"} & set(change):
+        settings.pop("steps", None)
+        settings.pop("tokens", None)
+    settings.update(change)
+
+
+def _resolve_run(name: str, settings: dict[str, Any], earlier: dict[str, dict[str, Any]], path: Path) -> dict[str, Any]:
+    settings = dict(settings)
+    like = settings.pop("like", None)
+    if like is not None:
+        if like not in earlier:
+            raise TrainError(f"{path}: run {name!r} is like {like!r}, which is not an earlier run")
+        base = {k: v for k, v in earlier[like].items()}
+        _replace_length(base, settings)
+        settings = base
+    settings.setdefault("stage", name)
+    if settings["stage"] not in ("pt", "cpt", "sft"):
+        raise TrainError(f"{path}: run {name!r} has stage {settings['stage']!r}; stages are pt, cpt and sft")
+    source = settings.get("from")
+    if settings["stage"] == "pt" and source is not None:
+        raise TrainError(f"{path}: run {name!r} is pt (from the preset); it has no `from`")
+    if settings["stage"] != "pt" and source not in earlier:
+        raise TrainError(f"{path}: run {name!r} starts `from` {source!r}, which is not an earlier run")
+    for key in _PATH_KEYS:
+        value = settings.get(key)
+        if isinstance(value, str) and not Path(value).is_absolute() and (path.parent / value).exists():
+            settings[key] = str(path.parent / value)
+    unknown = set(settings) - _RUN_KEYS - set(TrainConfig.__dataclass_fields__)
+    if unknown:
+        raise TrainError(f"{path}: run {name!r} has unknown settings {sorted(unknown)}")
+    return settings
+
+
+def run_dir(runs: Path, member: str, seed: int, run: str) -> Path:
+    return runs / member / f"s{seed}" / run
 
 
 def is_finished(folder: Path) -> bool:
     return (folder / "final" / "config.json").is_file() and (folder / RESULT_FILE).is_file()
 
 
-def _stage_config(
-    member: str, stage: str, folder: Path, previous: Path | None, plan: dict[str, Any], cpt_freeze: str | None,
+def _run_config(
+    member: str, seed: int, settings: dict[str, Any], folder: Path, previous: Path | None,
     overrides: dict[str, Any] | None,
 ) -> TrainConfig:  # fmt: skip
-    """The recipe's settings for one stage of one member, with the overrides (a length override replaces
-    the recipe's steps or tokens)."""
-    settings = dict(plan[stage])
-    if overrides and ({"steps", "tokens"} & set(overrides)):
-        settings.pop("steps", None)
-        settings.pop("tokens", None)
-    settings.update(overrides or {})
+    settings = {k: v for k, v in settings.items() if k not in _RUN_KEYS - {"stage"}}
+    _replace_length(settings, dict(overrides or {}))
+    pt = settings["stage"] == "pt"
     return TrainConfig(
-        stage=stage,  # type: ignore[arg-type]
-        preset=member if stage == "pt" else None,
-        init=None if stage == "pt" else str(previous),
+        preset=member if pt else None,
+        init=None if pt else str(previous),
         out=str(folder),
         resume=True,
-        freeze=cpt_freeze if stage == "cpt" else None,  # type: ignore[arg-type]
+        seed=seed,
         **settings,
     )
 
 
-def _check_choice(scale: str, members: list[str] | None, stages: list[str] | None) -> tuple[list[str], list[str]]:
+def _members(scale: str, members: list[str] | None) -> list[str]:
     names = list_presets(scale)
     chosen = names if not members else [m if m.startswith(f"{scale}-") else f"{scale}-{m}" for m in members]
     unknown = sorted(set(chosen) - set(names))
     if unknown:
         raise TrainError(f"unknown members {unknown} for scale {scale}; available: {', '.join(names)}")
-    bad = [s for s in stages or STAGES if s not in STAGES]
-    if bad:
-        raise TrainError(f"unknown stages {bad}; choose from {', '.join(STAGES)}")
-    return chosen, [s for s in STAGES if s in (stages or STAGES)]
+    return chosen
+
+
+def _needed(recipe: Recipe, chosen: list[str] | None) -> list[str]:
+    """The runs to do: the chosen ones (default all) and every run they start from, in recipe order."""
+    if chosen is None:
+        return list(recipe.runs)
+    unknown = sorted(set(chosen) - set(recipe.runs))
+    if unknown:
+        raise TrainError(f"unknown runs {unknown}; the recipe has {', '.join(recipe.runs)}")
+    need, todo = set(), list(chosen)
+    while todo:
+        name = todo.pop()
+        if name not in need:
+            need.add(name)
+            if recipe.runs[name].get("from"):
+                todo.append(recipe.runs[name]["from"])
+    return [r for r in recipe.runs if r in need]
 
 
 def run_grid(
-    scale: str,
+    recipe: str | Path | Recipe,
     runs: str | Path,
     members: list[str] | None = None,
     stages: list[str] | None = None,
-    cpt_freeze: str | None = None,
+    seeds: list[int] | None = None,
+    profile: str | None = None,
     overrides: dict[str, Any] | None = None,
     run_stage: Callable[[TrainConfig], TrainResult] = train,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run (or continue) the grid; returns the manifest. ``overrides`` apply to every stage.
+    """Run (or continue) the grid; returns the manifest (with ``"interrupted": True`` when a run was).
 
-    Under ``torchrun`` every process walks the same plan (each stage is a collective training run);
-    only the main process logs and writes the manifest.
+    ``stages`` names runs of the recipe (their ``from`` runs are done first); ``seeds`` replaces the
+    recipe's; ``overrides`` apply to every run. Under ``torchrun`` every process walks the same plan
+    (each run is a collective training run); only the main process logs and writes the manifest.
     """
+    plan = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe, profile)
     runs = Path(runs)
     main = int(os.environ.get("RANK", "0")) == 0
     if not main:
         log = lambda _msg: None  # noqa: E731
-    chosen, order = _check_choice(scale, members, stages)
-    plan = recipe(scale)["stages"]
+    chosen, order = _members(plan.scale, members), _needed(plan, stages)
     manifest_path = runs / "manifest.json"
-    manifest: dict[str, Any] = {"scale": scale, "cpt_freeze": cpt_freeze, "members": {}}
+    manifest: dict[str, Any] = {"recipe": plan.source, "scale": plan.scale, "profile": profile, "runs": []}
     if manifest_path.is_file():
-        manifest["members"] = json.loads(manifest_path.read_text()).get("members", {})
-    for member in chosen:
-        previous: Path | None = None
-        for stage in STAGES:
-            folder = stage_dir(runs, member, stage, cpt_freeze)
-            if stage not in order:
-                previous = folder / "final" if is_finished(folder) else previous
-                continue
-            if stage != "pt" and previous is None:
-                raise TrainError(
-                    f"{member}: stage {stage} needs the previous stage's checkpoint; "
-                    f"include it in `stages` or run it first"
-                )
-            if is_finished(folder):
-                log(f"{member} {stage}: finished earlier, skipping")
-            else:
-                log(f"{member} {stage}: training into {folder}")
-                if run_stage(_stage_config(member, stage, folder, previous, plan, cpt_freeze, overrides)).interrupted:
-                    log(f"{member} {stage}: interrupted; rerun the same command to continue")
-                    if main:
-                        _write_manifest(manifest_path, manifest)
-                    return manifest
-            result = json.loads((folder / RESULT_FILE).read_text())
-            manifest["members"].setdefault(member, {})[stage] = {
-                "checkpoint": str(folder / "final"),
-                "tokens": result["tokens"],
-                "steps": result["steps"],
-                "final_loss": result["final_loss"],
-            }
-            if main:
-                _write_manifest(manifest_path, manifest)
-            previous = folder / "final"
+        manifest["runs"] = json.loads(manifest_path.read_text()).get("runs", [])
+    for seed in seeds if seeds is not None else plan.seeds:
+        for member in chosen:
+            for name in order:
+                settings = plan.runs[name]
+                folder = run_dir(runs, member, seed, name)
+                previous = run_dir(runs, member, seed, settings["from"]) / "final" if settings.get("from") else None
+                where = f"{member} seed {seed} {name}"
+                if is_finished(folder):
+                    log(f"{where}: finished earlier, skipping")
+                else:
+                    log(f"{where}: training into {folder}")
+                    result = run_stage(_run_config(member, seed, settings, folder, previous, overrides))
+                    if result.interrupted:
+                        log(f"{where}: interrupted; rerun the same command to continue")
+                        return {**manifest, "interrupted": True}
+                entry = _entry(member, seed, name, settings, folder)
+                manifest["runs"] = [
+                    r for r in manifest["runs"] if (r["member"], r["seed"], r["run"]) != (member, seed, name)
+                ] + [entry]
+                if main:
+                    atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
-def _write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(manifest, indent=2) + "\n")
+def _entry(member: str, seed: int, name: str, settings: dict[str, Any], folder: Path) -> dict[str, Any]:
+    result = json.loads((folder / RESULT_FILE).read_text())
+    return {
+        "member": member,
+        "seed": seed,
+        "run": name,
+        "stage": settings["stage"],
+        "from": settings.get("from"),
+        "freeze": settings.get("freeze"),
+        "checkpoint": str(folder / "final"),
+        "tokens": result["tokens"],
+        "steps": result["steps"],
+        "final_loss": result["final_loss"],
+    }

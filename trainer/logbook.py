@@ -18,11 +18,13 @@ class MetricsLog:
         self.enabled = enabled
         self.path = out / "metrics.jsonl"
         self.tb = self.wandb = None
+        self.last_loss: float | None = None  # of the last step logged before this process began
         if not enabled:
             return
         if self.path.exists():  # drop lines past the checkpoint we resume from
             keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resume_step]
             atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
+            self.last_loss = json.loads(keep[-1]).get("loss") if keep else None
         self.file = self.path.open("a")
         if cfg.tensorboard:
             with contextlib.suppress(ImportError):

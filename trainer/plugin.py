@@ -34,17 +34,33 @@ class TrainerPlugin:
 
     def grid(
         self,
-        scale: str,
+        recipe: str,
         out: str,
-        members: list[str] | None,
-        stages: list[str],
-        cpt_freeze: str | None,
-        overrides: dict[str, Any] | None,
-        log: Callable[[str], None],
+        members: list[str] | None = None,
+        runs: list[str] | None = None,
+        seeds: list[int] | None = None,
+        profile: str | None = None,
+        overrides: dict[str, Any] | None = None,
+        log: Callable[[str], None] = print,
+        on_step: Callable[[int, int, str], None] | None = None,
     ) -> dict[str, Any]:
+        """Train a recipe's grid (:func:`trainer.grid.run_grid`); returns the manifest. ``on_step(step,
+        total, info)`` follows each run's steps (a progress bar)."""
         from trainer.grid import run_grid
+        from trainer.train import train
 
-        return run_grid(scale, out, members, stages, cpt_freeze, overrides, log=log)
+        return run_grid(
+            recipe, out, members, runs, seeds, profile, overrides, run_stage=lambda cfg: train(cfg, on_step), log=log
+        )
+
+    def recipe(self, recipe: str, profile: str | None = None) -> dict[str, Any]:
+        """A recipe with its profile applied: ``scale``, ``seeds``, ``runs`` (settings by run), ``source``
+        (its file) and ``study`` (what ``headprobe study`` measures)."""
+        import dataclasses
+
+        from trainer.grid import Recipe
+
+        return dataclasses.asdict(Recipe.load(recipe, profile))
 
     def export(self, step_folder: Path, out: Path) -> Path:
         from trainer.train_state import export_step

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import sys
 import typing
 from importlib.metadata import entry_points
@@ -20,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import fail, int_range, words
+from headprobe.cli.common import fail, int_range, ints, words
 from headprobe.cli.progress import progress_bar
 
 PLUGIN_GROUP = "headprobe.plugins"
@@ -72,22 +71,24 @@ def _stage_command(plugin: Any):
 def _grid_command(plugin: Any):
     def grid(
         ctx: typer.Context,
-        scale: Annotated[str, typer.Option(help="toy | 0.6b | 3b")] = "toy",
+        recipe: Annotated[str, typer.Option(help="a built-in scale (toy | 0.6b | 3b) or a recipe JSON file")] = "toy",
+        profile: Annotated[str | None, typer.Option(help="a profile of the recipe, e.g. demo")] = None,
         members: Annotated[str | None, typer.Option(help="comma list, e.g. d128,d512 (default: all)")] = None,
-        stages: Annotated[str, typer.Option(help="comma list of pt,cpt,sft")] = "pt,cpt,sft",
-        cpt_freeze: Annotated[str | None, typer.Option(help="freeze attention projections in cpt")] = None,
-        data: Annotated[str | None, typer.Option(help="data folder for pt/cpt (default built-in)")] = None,
+        runs: Annotated[str | None, typer.Option(help="comma list of the recipe's runs (default: all)")] = None,
+        seeds: Annotated[str | None, typer.Option(help="comma list, e.g. 0,1,2 (default: the recipe's)")] = None,
+        data: Annotated[str | None, typer.Option(help="data folder for every run (default: the recipe's)")] = None,
         out: Annotated[str, typer.Option(help="RUNS folder")] = "runs/grid",
     ) -> None:
-        """Run every member of a scale through the stages; rerun to continue after a crash."""
+        """Train every member x seed through the recipe's runs; rerun to continue after a crash."""
         try:
             manifest = plugin.grid(
-                scale, out, words(members) if members else None, words(stages), cpt_freeze,
-                {"data": data} if data else None, typer.echo,
+                recipe, out, words(members) if members else None, words(runs) if runs else None,
+                ints(seeds) if seeds else None, profile, {"data": data} if data else None,
+                typer.echo,
             )  # fmt: skip
         except plugin.errors as err:
             raise fail(err, ctx) from None
-        typer.echo(json.dumps(manifest, indent=2))
+        typer.echo(f"{len(manifest['runs'])} runs finished; manifest: {Path(out) / 'manifest.json'}")
 
     return grid
 

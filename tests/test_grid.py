@@ -1,0 +1,119 @@
+"""The grid runner: recipes (runs, `from`, `like`, profiles, seeds), resuming, the manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer.config import TrainConfig, TrainError
+from trainer.grid import Recipe, run_grid
+from trainer.train import train
+
+TINY = dict(steps=2, batch_size=2, seq_len=64, warmup_steps=0, progress=False)
+RECIPE = {
+    "scale": "toy",
+    "seeds": [0, 1],
+    "runs": {
+        "pt": {"stage": "pt", "lr": 0.003},
+        "cpt": {"stage": "cpt", "from": "pt", "lr": 0.001},
+        "cpt-frozen": {"like": "cpt", "freeze": "attention"},
+        "sft": {"stage": "sft", "from": "cpt"},
+    },
+    "profiles": {"quick": {"seeds": [7], "runs": {"cpt": {"lr": 0.0005}}}},
+}
+
+
+def write(tmp_path: Path, raw: dict) -> Path:
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_runs_start_from_their_sources_per_seed_and_finished_runs_are_skipped(tmp_path):
+    calls: list[TrainConfig] = []
+
+    def spy(cfg: TrainConfig):
+        calls.append(cfg)
+        return train(cfg)
+
+    runs = tmp_path / "runs"
+    manifest = run_grid(write(tmp_path, RECIPE), runs, ["d16"], overrides=TINY, run_stage=spy, log=lambda _: None)
+    seen = [(Path(c.out).parent.name, Path(c.out).name) for c in calls]
+    assert seen == [(f"s{s}", r) for s in (0, 1) for r in ("pt", "cpt", "cpt-frozen", "sft")]
+    for c in calls:
+        assert c.resume and c.seed == int(Path(c.out).parent.name[1:])
+        source = {"pt": None, "cpt": "pt", "cpt-frozen": "pt", "sft": "cpt"}[Path(c.out).name]
+        assert c.init == (None if source is None else str(Path(c.out).parent / source / "final"))
+        assert (c.freeze == "attention") == (Path(c.out).name == "cpt-frozen")
+        assert c.lr == {"pt": 0.003, "cpt": 0.001, "cpt-frozen": 0.001, "sft": 3e-3}[Path(c.out).name]
+    assert len(manifest["runs"]) == 8 and all(Path(r["checkpoint"]).is_dir() for r in manifest["runs"])
+    assert json.loads((runs / "manifest.json").read_text()) == manifest
+    calls.clear()
+    (runs / "toy-d16" / "s1" / "sft" / "result.json").unlink()  # as if sft crashed before finishing
+    again = run_grid(write(tmp_path, RECIPE), runs, ["d16"], overrides=TINY, run_stage=spy, log=lambda _: None)
+    assert [(Path(c.out).parent.name, Path(c.out).name) for c in calls] == [("s1", "sft")]
+    assert sorted(map(json.dumps, again["runs"])) == sorted(map(json.dumps, manifest["runs"]))
+
+
+def test_choosing_a_run_brings_the_runs_it_starts_from_and_seeds_override(tmp_path):
+    calls: list[str] = []
+
+    def spy(cfg: TrainConfig):
+        calls.append(f"{Path(cfg.out).parent.name}/{Path(cfg.out).name}")
+        return train(cfg)
+
+    run_grid(write(tmp_path, RECIPE), tmp_path / "r", ["d16"], ["cpt-frozen"], [3], overrides=TINY, run_stage=spy)
+    assert calls == ["s3/pt", "s3/cpt-frozen"]
+
+
+def test_profiles_change_seeds_and_settings_and_like_copies_then_changes():
+    recipe = Recipe.from_dict(RECIPE, Path("/nowhere/recipe.json"), "quick")
+    assert recipe.seeds == (7,)
+    assert recipe.runs["cpt"]["lr"] == 0.0005 and recipe.runs["cpt-frozen"]["lr"] == 0.0005
+    assert recipe.runs["cpt-frozen"]["freeze"] == "attention" and recipe.runs["cpt-frozen"]["from"] == "pt"
+    assert Recipe.from_dict(RECIPE, Path("/nowhere/recipe.json")).runs["cpt"]["lr"] == 0.001
+
+
+def test_relative_curricula_are_read_beside_the_recipe(tmp_path):
+    (tmp_path / "c.json").write_text("{}")
+    raw = {"scale": "toy", "runs": {"pt": {"curriculum": "c.json"}, "cpt": {"from": "pt", "curriculum": "x.json"}}}
+    recipe = Recipe.from_dict(raw, tmp_path / "recipe.json")
+    assert recipe.runs["pt"]["curriculum"] == str(tmp_path / "c.json")
+    assert recipe.runs["cpt"]["curriculum"] == "x.json"  # not beside the recipe: left as given
+
+
+def test_builtin_recipes_parse_with_every_profile():
+    for scale in ("toy", "0.6b", "3b"):
+        recipe = Recipe.load(scale)
+        assert recipe.scale == scale and list(recipe.runs)[:2] == ["pt", "cpt"]
+        assert recipe.runs["cpt-frozen"]["freeze"] == "attention"
+        for run in recipe.runs.values():
+            if "curriculum" in run:
+                assert Path(run["curriculum"]).is_file()
+    assert Recipe.load("toy", "demo").seeds == (0,)
+
+
+@pytest.mark.parametrize(
+    "runs, match",
+    [
+        ({"pt": {}, "cpt": {"from": "nope"}}, "not an earlier run"),
+        ({"pt": {}, "b": {"like": "nope"}}, "not an earlier run"),
+        ({"pt": {"from": "pt"}}, "has no `from`"),
+        ({"pt": {"lrr": 1}}, r"unknown settings \['lrr'\]"),
+        ({"warm": {}}, "stages are pt, cpt and sft"),
+    ],
+)
+def test_bad_recipes_are_refused(runs, match):
+    with pytest.raises(TrainError, match=match):
+        Recipe.from_dict({"scale": "toy", "runs": runs}, Path("r.json"))
+
+
+def test_missing_recipe_profile_and_members_are_named(tmp_path):
+    with pytest.raises(TrainError, match="does not exist"):
+        Recipe.load(tmp_path / "none.json")
+    with pytest.raises(TrainError, match="no profile 'fast'"):
+        Recipe.load(write(tmp_path, RECIPE), "fast")
+    with pytest.raises(TrainError, match="unknown members"):
+        run_grid(write(tmp_path, RECIPE), tmp_path / "r", ["d99"])
