@@ -34,22 +34,10 @@ def test_plan_scale_and_table():
 
 def test_plan_config_file_and_errors(tmp_path):
     path = tmp_path / "mine.json"
-    path.write_text(preset("toy-d32", n_layers=12).to_json())
+    path.write_text(preset("toy-d32", n_layers=12, full_every=4).to_json())
     rows = json.loads(runner.invoke(app, ["plan", "--json", "--config", str(path)]).output)
     assert len(rows) == 1 and rows[0]["n_full_layers"] == 3
     bad = runner.invoke(app, ["plan", "--scale", "7b"])
     assert bad.exit_code != 0 and "unknown scale" in bad.output
     missing = runner.invoke(app, ["plan", "--config", str(tmp_path / "none.json")], env={"COLUMNS": "400"})
     assert missing.exit_code != 0 and "does not exist" in missing.output
-
-
-def test_demo_decoding_agrees_with_recomputation():
-    from headprobe.demo import run_demo
-
-    results = run_demo(seq_len=256, new_tokens=6)
-    assert [r["preset"] for r in results] == list_presets("toy")
-    assert all(r["cache_matches"] for r in results)
-    # random init with std 0.02: scores are near zero, so attention is near uniform: H ~ log(visible keys)
-    assert all(
-        0.9 < r["norm_entropy_full"] <= 1 + 1e-6 and 0.9 < r["norm_entropy_sliding"] <= 1 + 1e-6 for r in results
-    )

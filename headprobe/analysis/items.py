@@ -10,7 +10,7 @@ from headprobe.metrics import DecodeMetric, PassMetric
 from headprobe.metrics.passes import run_pass
 from headprobe.probe import ProbedModel
 from headprobe.text.haystack import text_inputs
-from headprobe.text.needles import NEEDLES, NeedlePrompt, needle_prompt
+from headprobe.text.needles import NeedlePrompt, needle_prompt, needle_set
 
 
 def _tag(frame: pd.DataFrame, **columns: object) -> pd.DataFrame:
@@ -41,10 +41,11 @@ def text_items(
 def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[NeedlePrompt]:
     """``samples`` needle prompts of ``length`` tokens at evenly spaced depths, needles in turn."""
     depths = np.linspace(0, 100, s.samples).round().tolist() if s.samples > 1 else [50.0]
+    needles = needle_set(s.needles)
     return [
         needle_prompt(
             model.tokenizer,
-            NEEDLES[i % len(NEEDLES)],
+            needles[i % len(needles)],
             length,
             depth,
             seed=s.seed + i,

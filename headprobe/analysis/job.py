@@ -43,7 +43,7 @@ from headprobe.runs import (
     write_results,
     write_run_record,
 )
-from headprobe.text.needles import NEEDLES, needle_prompt
+from headprobe.text.needles import needle_prompt, needle_set
 
 MEMORY_FIX = (
     "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`, or use a larger machine"
@@ -57,7 +57,7 @@ def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: int)
     for length in s.lengths:
         model.check_length(length + (s.max_new_tokens if decodes else 0))
         if decodes:  # every needle prompt must fit
-            for needle in NEEDLES:
+            for needle in needle_set(s.needles):
                 try:
                     needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start)
                 except ValueError as err:

@@ -9,6 +9,7 @@ from typing import Any
 from headprobe.metrics import METRICS, Metric, Rows, get_metrics
 from headprobe.probe import parse_dtype
 from headprobe.runs import resume_key
+from headprobe.text.needles import needle_set
 
 MIN_LENGTH = 16
 
@@ -30,6 +31,7 @@ class AnalyzeSettings:
         seed: haystack and needle placement seed.
         max_new_tokens: retrieval's decoding budget per sample.
         haystack: text files to use instead of the built-in corpus.
+        needles: the needle set for retrieval (:data:`headprobe.text.needles.NEEDLE_SETS`).
         dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
     """
 
@@ -41,6 +43,7 @@ class AnalyzeSettings:
     seed: int = 0
     max_new_tokens: int = 50
     haystack: list[str] | None = None
+    needles: str = "builtin"
     dtype: str | None = None
 
     def __post_init__(self) -> None:
@@ -70,6 +73,10 @@ class AnalyzeSettings:
             raise AnalysisError(str(err)) from None
         if not metrics:
             raise AnalysisError("no metric requested (`metrics`)")
+        try:
+            needle_set(self.needles)
+        except ValueError as err:
+            raise AnalysisError(str(err)) from None
         if not self.lengths or min(self.lengths) < MIN_LENGTH:
             raise AnalysisError(f"`lengths` must be positive token counts of at least {MIN_LENGTH}")
         if self.samples < 1:

@@ -7,7 +7,7 @@ analyze     ``headprobe analyze``
 ruler       ``headprobe ruler generate|eval``
 shortctx    ``headprobe shortctx eval``
 plan        ``headprobe plan``
-demo        ``headprobe demo``
+study       ``headprobe study``, ``headprobe demo`` (the study's demo profile)
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
 progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typer
 
-from headprobe.cli import analyze, demo, plan, ruler, shortctx
+from headprobe.cli import analyze, plan, ruler, shortctx, study
 from headprobe.cli.train import add_trainer_commands
 
 app = typer.Typer(
@@ -36,5 +36,6 @@ app.command("analyze")(analyze.analyze)
 app.add_typer(ruler_app, name="ruler")
 app.add_typer(shortctx_app, name="shortctx")
 app.command("plan")(plan.plan)
-app.command("demo")(demo.demo)
+app.command("study")(study.study)
+app.command("demo")(study.demo)
 add_trainer_commands(app)  # the bundled trainer, found as a plugin (headprobe never imports it)

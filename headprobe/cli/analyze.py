@@ -26,6 +26,7 @@ def analyze(
     haystack: Annotated[
         list[Path] | None, typer.Option("--haystack-file", help="text files to use as haystack")
     ] = None,
+    needles: Annotated[str, typer.Option(help="retrieval's needle set: builtin | codes (the toy models')")] = "builtin",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
@@ -48,6 +49,7 @@ def analyze(
             seed=seed,
             max_new_tokens=max_new_tokens,
             haystack=[str(f) for f in haystack] if haystack else None,
+            needles=needles,
             dtype=dtype,
         )
         settings.validate()

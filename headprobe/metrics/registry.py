@@ -89,7 +89,7 @@ METRICS: dict[str, Metric] = {
         DecodeMetric(
             "retrieval",
             (RETRIEVAL, RETRIEVAL_SAMPLES),
-            ("max_new_tokens",),
+            ("max_new_tokens", "needles"),
             lambda model, prompts, new: score_prompts(model, prompts, new),
             retrieval_rows,
             retrieval_headline,

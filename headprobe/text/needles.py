@@ -1,27 +1,40 @@
 """Needles for Wu et al.'s retrieval score, and needle-in-a-haystack prompts built around them.
 
 Needles are our own sentences, each with a question and the answer span whose copying the retrieval
-score tracks. The haystack around them comes from :mod:`headprobe.text.haystack`.
+score tracks. The haystack around them comes from :mod:`headprobe.text.haystack`. Two sets
+(:data:`NEEDLE_SETS`):
+
+=========  ============================================================================================
+builtin    five free-text facts asked about in Wu et al.'s phrasing (for models that follow questions)
+codes      "The code for the <key> is <4 digits>." with held-out keys, asked about as the toy models
+           are trained to be (:mod:`headprobe.text.tasks`): the prompt ends with the restated fact
+=========  ============================================================================================
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from headprobe.text.haystack import haystack_sentences
+from headprobe.text.tasks import Split, keys, needle_question
+
+PROMPT_SUFFIX = "\nBased on the content of the book, Question: {question}\nAnswer:"
 
 
 @dataclass(frozen=True)
 class Needle:
     """A fact to hide: ``before + answer + after`` is the inserted sentence; ``answer`` is the span
-    whose copying is scored; ``question`` asks for it."""
+    whose copying is scored; ``question`` asks for it; ``prompt`` is the text after the haystack, with
+    ``{question}`` where the question goes."""
 
     before: str
     answer: str
     after: str
     question: str
+    prompt: str = PROMPT_SUFFIX
 
     @property
     def sentence(self) -> str:
@@ -61,7 +74,26 @@ NEEDLES: tuple[Needle, ...] = (
     ),
 )
 
-PROMPT_SUFFIX = "\nBased on the content of the book, Question: {question}\nAnswer:"
+
+def _code_needles(n: int = 8) -> tuple[Needle, ...]:
+    rng = random.Random("headprobe-code-needles")
+    out = []
+    for key in rng.sample([f"{a} {k}" for a in ("blue", "quiet", "old", "bright") for k in keys(Split.HELDOUT)], n):
+        restated, question = f"The code for the {key} is", f"What is the code for the {key}?"
+        prompt = " " + needle_question(key).replace(question, "{question}") + f" {restated}"
+        out.append(Needle(f"{restated} ", str(rng.randrange(1000, 10000)), ".", question, prompt))
+    return tuple(out)
+
+
+CODE_NEEDLES = _code_needles()
+NEEDLE_SETS: dict[str, tuple[Needle, ...]] = {"builtin": NEEDLES, "codes": CODE_NEEDLES}
+
+
+def needle_set(name: str) -> tuple[Needle, ...]:
+    """A needle set by name (:data:`NEEDLE_SETS`)."""
+    if name not in NEEDLE_SETS:
+        raise ValueError(f"unknown `needles` {name!r}; choose one of {', '.join(NEEDLE_SETS)}")
+    return NEEDLE_SETS[name]
 
 
 @dataclass(frozen=True)
@@ -96,7 +128,7 @@ def needle_prompt(
     before = tokenizer.encode(" " + needle.before)
     answer = tokenizer.encode(needle.answer)
     after = tokenizer.encode(needle.after)
-    suffix = tokenizer.encode(PROMPT_SUFFIX.format(question=needle.question))
+    suffix = tokenizer.encode(needle.prompt.format(question=needle.question))
     budget = length - len(bos) - len(before) - len(answer) - len(after) - len(suffix)
     if budget < 1:
         raise ValueError(f"length {length} is too short for the needle and question ({length - budget} tokens)")

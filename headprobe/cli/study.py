@@ -1,0 +1,95 @@
+"""``headprobe study`` and ``headprobe demo`` (the study's demo profile on the toy grid)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from headprobe.cli.common import fail, ints, wide_console, words
+from headprobe.cli.progress import progress_bar
+
+
+def run(
+    ctx: typer.Context,
+    recipe: str,
+    profile: str | None,
+    out: Path,
+    seeds: str | None = None,
+    members: str | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+) -> None:
+    """Train the recipe's grid, measure every run, print the comparisons (shared by study and demo)."""
+    from headprobe.cli.train import trainer_plugin
+    from headprobe.study import StudyError, StudySettings, run_study
+
+    plugin = trainer_plugin()
+    if plugin is None:
+        raise fail("the study trains its grid with the bundled trainer, which is not installed", ctx)
+    try:
+        info = plugin.recipe(recipe, profile)
+        settings = StudySettings.from_dict(info["study"])
+    except (*plugin.errors, StudyError) as err:
+        raise fail(err, ctx) from None
+    chosen = words(members) if members else None
+    seed_list = ints(seeds) if seeds else None
+    with progress_bar("study", ctx, enabled=progress and sys.stderr.isatty(), info=True) as bar:
+
+        def log(message: str) -> None:
+            bar.log(message)
+            bar.describe(message.split(":")[0])
+
+        def train_grid(runs: Path) -> dict:
+            return plugin.grid(recipe, str(runs), chosen, None, seed_list, profile, None, log=log, on_step=bar.report)
+
+        record = {"recipe": info["source"], "profile": profile, "seeds": seed_list or list(info["seeds"])}
+        try:
+            report = run_study(out, train_grid, settings, device=device, progress=bar, record=record)
+        except (*plugin.errors, StudyError) as err:
+            raise fail(err, ctx) from None
+    if report.interrupted:
+        typer.echo(f"interrupted: rerun the same command to continue ({out})")
+        raise typer.Exit(1)
+    console = wide_console()
+    for title, frame in report.comparisons.items():
+        console.print(frame_table(title, frame))
+    for what, message in report.errors.items():
+        typer.echo(f"failed: {what}: {message}", err=True)
+    typer.echo(f"results: {out} (tables/, report.md)")
+
+
+def frame_table(title: str, frame) -> Table:
+    table = Table(title=title)
+    for col in frame.columns:
+        table.add_column(str(col))
+    for row in frame.itertuples(index=False):
+        table.add_row(*("" if v is None or v != v else str(v) for v in row))
+    return table
+
+
+def study(
+    ctx: typer.Context,
+    recipe: Annotated[str, typer.Option(help="a built-in scale (toy) or a recipe JSON file")] = "toy",
+    profile: Annotated[str | None, typer.Option(help="a profile of the recipe (e.g. demo)")] = None,
+    seeds: Annotated[str | None, typer.Option(help="comma list, e.g. 0,1,2 (default: the recipe's)")] = None,
+    members: Annotated[str | None, typer.Option(help="comma list, e.g. d16,k64v16 (default: all)")] = None,
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/study"),
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    progress: bool = True,
+) -> None:
+    """The study end to end: train the grid (pt -> cpt, cpt with attention frozen -> sft), probe retrieval,
+    analyze, evaluate, and compare the members; rerun to resume."""
+    run(ctx, recipe, profile, out, seeds, members, device, progress)
+
+
+def demo(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/demo"),
+    progress: bool = True,
+) -> None:
+    """The toy study on CPU in minutes (the toy recipe's demo profile: five members, one seed)."""
+    run(ctx, "toy", "demo", out, progress=progress)

@@ -1,0 +1,210 @@
+"""``headprobe study``: train the grid of a recipe, measure every run, and compare the members.
+
+``OUT/`` holds everything, each part resumable (a rerun skips what is done):
+
+==================  ==========================================================================
+``runs/``           the trained grid (``RUNS/<member>/s<seed>/<run>/``, ``manifest.json``)
+``probes/<name>/``  held-out task probes of each run (:mod:`headprobe.text.probes`)
+``analysis/``       ``headprobe analyze`` of the ``analysis_runs`` (retrieval with the ``codes`` needles)
+``ruler/``          RULER-style evaluation of the ``ruler_runs``
+``shortctx/``       the built-in short-context set on the ``shortctx_runs``
+``tables/``         the study's tidy tables (:mod:`headprobe.study.tables`)
+``report.md``       the comparisons, mean and spread over seeds
+==================  ==========================================================================
+
+Training goes through a callable (the trainer plugin's grid): headprobe never imports the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headprobe.analysis import AnalyzeSettings, analyze
+from headprobe.evals.ruler.evaluate import RulerSettings
+from headprobe.evals.ruler.evaluate import evaluate_many as ruler_many
+from headprobe.evals.shortctx.evaluate import ShortCtxSettings
+from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
+from headprobe.model.atomic import atomic_write_text
+from headprobe.model.checkpoint import load_checkpoint
+from headprobe.results import Schema, write_table
+from headprobe.runs import Parts, Progress, RunReport, Silent, checkpoint_name, resume_key, table_meta
+from headprobe.study.settings import StudySettings
+from headprobe.study.tables import (
+    SCHEMAS,
+    STUDY_HEADS,
+    STUDY_PROBES,
+    STUDY_RULER,
+    STUDY_RUNS,
+    STUDY_SHORTCTX,
+    comparisons,
+    markdown,
+)
+from headprobe.text.probes import Probe, probe_hits
+
+WHO = ["model", "member", "seed", "run"]
+
+
+@dataclass
+class StudyReport:
+    """What a study produced: its tidy tables and comparisons, and whether training was interrupted."""
+
+    out: Path
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    comparisons: dict[str, pd.DataFrame] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+
+
+def _runs(manifest: dict[str, Any]) -> pd.DataFrame:
+    frame = pd.DataFrame(manifest["runs"])
+    frame.insert(0, "model", [checkpoint_name(c) for c in frame["checkpoint"]])
+    return frame
+
+
+def probe_table(runs: pd.DataFrame, folder: Path, probes: list[Probe], device: str, progress: Progress) -> pd.DataFrame:
+    """Every probe on every run (each run's rows a resumable part keyed by its checkpoint and the probes)."""
+    progress.start(len(runs) * len(probes), "task probes")
+    frames = []
+    for entry in runs.itertuples(index=False):
+        parts = Parts(folder / entry.model)
+        key = resume_key(checkpoint=str(Path(entry.checkpoint).resolve()), probes=[repr(p) for p in probes])
+        if parts.done(STUDY_PROBES.table, "all", key):
+            frames.append(parts.gather(STUDY_PROBES.table, ["all"]))
+            progress.advance(len(probes))
+            continue
+        model, tokenizer = load_checkpoint(entry.checkpoint, device=device)
+        rows = []
+        for probe in probes:
+            hits = probe_hits(model, tokenizer, probe)
+            rows.append((probe.task.value, probe.distance, len(hits), sum(hits) / len(hits)))
+            progress.advance()
+        frame = pd.DataFrame(rows, columns=["task", "distance", "samples", "accuracy"])
+        for i, col in enumerate(WHO):
+            frame.insert(i, col, getattr(entry, col))
+        meta = table_meta(STUDY_PROBES.table, entry.model, entry.checkpoint, {}, key=key)
+        parts.write(STUDY_PROBES, "all", frame, meta)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _tag(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (with a ``model`` column) joined to each run's member, seed and run."""
+    return runs[WHO].merge(frame, on="model", how="inner")
+
+
+def _chosen(runs: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    return runs[runs["run"].isin(names)]
+
+
+def head_table(
+    runs: pd.DataFrame, out: Path, s: StudySettings, device: str, progress: Progress, errors: dict
+) -> pd.DataFrame:
+    chosen = _chosen(runs, s.analysis_runs)
+    if chosen.empty:
+        return STUDY_HEADS.empty()
+    settings = AnalyzeSettings(
+        metrics=s.analysis_metrics,
+        lengths=s.analysis_lengths,
+        samples=s.analysis_samples,
+        rows=s.analysis_rows,
+        needles="codes",
+    )
+    summary = _results(
+        analyze(list(chosen["checkpoint"]), out, settings, device=device, progress=progress), errors, "analyze"
+    )
+    if summary is None or "retrieval" not in set(summary.metric):
+        return STUDY_HEADS.empty()
+    retrieval = summary[summary.metric == "retrieval"]
+    wide = retrieval.pivot_table(index=["model", "length", "layer_type"], columns="statistic", values="value")
+    wide = wide.reset_index()
+    kept = retrieval[retrieval.statistic == "n_kept"][["model", "length", "value"]].rename(columns={"value": "n_kept"})
+    wide = wide.drop(columns=[c for c in ("n_kept", "n_samples", "mean_score") if c in wide]).merge(
+        kept, on=["model", "length"], how="left"
+    )
+    return _tag(wide, runs)
+
+
+def _results(report: RunReport[pd.DataFrame], errors: dict[str, str], what: str) -> pd.DataFrame | None:
+    """The reports' frames (each with its ``model``) concatenated; failures go to ``errors``."""
+    errors.update({f"{what} {name}": message for name, message in report.errors.items()})
+    frames = [f.assign(model=name) for name, f in report.results.items()]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def ruler_table(
+    runs: pd.DataFrame, out: Path, s: StudySettings, device: str, progress: Progress, errors: dict
+) -> pd.DataFrame:
+    chosen = _chosen(runs, s.ruler_runs)
+    if chosen.empty:
+        return STUDY_RULER.empty()
+    settings = RulerSettings(tasks=s.ruler_tasks, lengths=s.ruler_lengths, samples=s.ruler_samples)
+    report = ruler_many(list(chosen["checkpoint"]), out, settings, device=device, progress=progress)
+    scores = _results(report, errors, "ruler")
+    if scores is None:
+        return STUDY_RULER.empty()
+    return _tag(scores[scores.scope == "length"][["model", "length", "score"]], runs)
+
+
+def shortctx_table(
+    runs: pd.DataFrame, out: Path, s: StudySettings, device: str, progress: Progress, errors: dict
+) -> pd.DataFrame:
+    chosen = _chosen(runs, s.shortctx_runs)
+    if chosen.empty:
+        return STUDY_SHORTCTX.empty()
+    report = shortctx_many(list(chosen["checkpoint"]), out, ShortCtxSettings(), device=device, progress=progress)
+    scores = _results(report, errors, "shortctx")
+    return STUDY_SHORTCTX.empty() if scores is None else _tag(scores[["model", "task", "metric", "value"]], runs)
+
+
+def write_report(
+    out: Path, tables: dict[str, pd.DataFrame], settings: dict[str, Any], errors: dict[str, str]
+) -> dict[str, pd.DataFrame]:
+    """Write every tidy table under ``OUT/tables/`` and the comparisons to ``OUT/report.md``."""
+    schemas: dict[str, Schema] = {schema.table: schema for schema in SCHEMAS}
+    for name, frame in tables.items():
+        meta = table_meta(name, None, None, settings)
+        write_table(out / "tables" / f"{name}.parquet", frame.reset_index(drop=True), meta, schemas[name])
+    views = comparisons(tables)
+    text = ["# headprobe study", "", f"Settings: `{json.dumps(settings, default=str)}`", ""]
+    for title, frame in views.items():
+        text += [f"## {title}", "", markdown(frame), ""]
+    if errors:
+        text += ["## Failures", "", *(f"- {what}: {message}" for what, message in errors.items()), ""]
+    atomic_write_text(out / "report.md", "\n".join(text))
+    return views
+
+
+def run_study(
+    out: str | Path,
+    train_grid: Callable[[Path], dict[str, Any]],
+    settings: StudySettings | None = None,
+    *,
+    device: str = "cpu",
+    progress: Progress | None = None,
+    record: dict[str, Any] | None = None,
+) -> StudyReport:
+    """Train (``train_grid(RUNS)`` returns the grid's manifest, with ``interrupted`` when it stopped early),
+    then measure every finished run and write the tables and ``report.md`` (see the module docstring).
+    ``record`` (e.g. the recipe and profile) is stored with the tables."""
+    out, settings, progress = Path(out), settings or StudySettings(), progress or Silent()
+    settings.validate()
+    manifest = train_grid(out / "runs")
+    report = StudyReport(out, interrupted=bool(manifest.get("interrupted")))
+    if report.interrupted or not manifest["runs"]:
+        return report
+    runs = _runs(manifest)
+    tables = {STUDY_RUNS.table: runs[[*WHO, "stage", "freeze", "steps", "tokens", "final_loss"]]}
+    tables[STUDY_PROBES.table] = probe_table(runs, out / "probes", settings.probe_list(), device, progress)
+    errors = report.errors
+    tables[STUDY_HEADS.table] = head_table(runs, out / "analysis", settings, device, progress, errors)
+    tables[STUDY_RULER.table] = ruler_table(runs, out / "ruler", settings, device, progress, errors)
+    tables[STUDY_SHORTCTX.table] = shortctx_table(runs, out / "shortctx", settings, device, progress, errors)
+    report.tables = tables
+    report.comparisons = write_report(out, tables, {**(record or {}), "study": settings.to_dict()}, errors)
+    return report

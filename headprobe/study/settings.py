@@ -1,0 +1,69 @@
+"""What ``headprobe study`` measures on the trained grid: :class:`StudySettings` (the recipe's ``study``
+section, changed by its profile's)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from headprobe.text.probes import Probe
+
+
+class StudyError(ValueError):
+    """Bad study settings; the message names the setting (in backticks)."""
+
+
+@dataclass
+class StudySettings:
+    """The measurements of every finished run of the grid.
+
+    Attributes:
+        probes: held-out task probes (``task@distance``, distance in characters), on every run: exact
+            greedy answers to facts whose keys never occurred in training (:mod:`headprobe.text.probes`).
+        probe_samples: examples per probe.
+        analysis_runs: the runs ``headprobe analyze`` measures (retrieval heads, entropy, reordering,
+            effective rank): before cpt, after cpt, after frozen-attention cpt.
+        analysis_metrics / analysis_lengths / analysis_samples / analysis_rows: its settings
+            (:class:`headprobe.analysis.AnalyzeSettings`); retrieval uses the ``codes`` needles.
+        ruler_runs / ruler_tasks / ruler_lengths / ruler_samples: RULER-style evaluation
+            (:class:`headprobe.evals.ruler.RulerSettings`) of these runs.
+        shortctx_runs: the runs scored on the built-in short-context set.
+    """
+
+    probes: list[str] = field(default_factory=lambda: ["needle@100", "needle@500", "needle@1000", "needle@1500"])
+    probe_samples: int = 32
+    analysis_runs: list[str] = field(default_factory=lambda: ["pt", "cpt", "cpt-frozen"])
+    analysis_metrics: list[str] = field(default_factory=lambda: ["retrieval", "entropy", "reordering", "erank"])
+    analysis_lengths: list[int] = field(default_factory=lambda: [1024])
+    analysis_samples: int = 4
+    analysis_rows: str = "all"
+    ruler_runs: list[str] = field(default_factory=lambda: ["cpt", "cpt-frozen", "sft"])
+    ruler_tasks: list[str] = field(default_factory=lambda: ["niah_single_1", "niah_single_2", "niah_multikey_1"])
+    ruler_lengths: list[int] = field(default_factory=lambda: [512, 1024])
+    ruler_samples: int = 8
+    shortctx_runs: list[str] = field(default_factory=lambda: ["pt", "sft"])
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> StudySettings:
+        raw = dict(raw or {})
+        unknown = sorted(set(raw) - {f.name for f in fields(cls)})
+        if unknown:
+            raise StudyError(f"unknown study settings {unknown}")
+        settings = cls(**raw)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        for spec in self.probes:
+            try:
+                Probe.parse(spec)
+            except ValueError as err:
+                raise StudyError(f"`probes`: {err}") from None
+        if self.probe_samples < 1 or self.analysis_samples < 1 or self.ruler_samples < 1:
+            raise StudyError("`probe_samples`, `analysis_samples` and `ruler_samples` must be >= 1")
+
+    def probe_list(self) -> list[Probe]:
+        return [Probe(p.task, p.distance, self.probe_samples) for p in map(Probe.parse, self.probes)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

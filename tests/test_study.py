@@ -1,0 +1,107 @@
+"""The study job: its tables join every measurement to its member, seed and run; the comparisons average
+over seeds as a hand computation does; a rerun measures nothing twice; an interrupted grid stops it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import headprobe.study.job as job
+from headprobe.model.checkpoint import save_checkpoint
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
+from headprobe.results import read_table
+from headprobe.study import StudyError, StudySettings, run_study
+from headprobe.study.tables import comparisons, markdown, spread
+from headprobe.testing import tiny_config
+
+RUNS = (("pt", "pt", None), ("cpt", "cpt", None), ("cpt-frozen", "cpt", "attention"))
+SETTINGS = StudySettings(
+    probes=["needle@60", "copy@40"],
+    probe_samples=2,
+    analysis_runs=["pt", "cpt-frozen"],
+    analysis_metrics=["retrieval", "entropy"],
+    analysis_lengths=[256],
+    analysis_samples=1,
+    ruler_runs=["cpt"],
+    ruler_tasks=["niah_single_1"],
+    ruler_lengths=[512],
+    ruler_samples=1,
+    shortctx_runs=[],
+)
+
+
+def fake_grid(members=("toy-a",), seeds=(0, 1)):
+    """A stand-in for the trainer: random tiny byte models in the grid's layout, and their manifest."""
+
+    def train_grid(runs: Path) -> dict:
+        entries = []
+        for s, seed in enumerate(seeds):
+            for m, member in enumerate(members):
+                for i, (run, stage, freeze) in enumerate(RUNS):
+                    folder = runs / member / f"s{seed}" / run / "final"
+                    if not folder.is_dir():
+                        torch.manual_seed(100 * s + 10 * m + i)
+                        model = Transformer(tiny_config(vocab_size=264, max_seq_len=1024))
+                        save_checkpoint(model, folder, ByteTokenizer())
+                    entries.append(
+                        dict(member=member, seed=seed, run=run, stage=stage, freeze=freeze, checkpoint=str(folder))
+                        | dict(tokens=10, steps=1, final_loss=1.0 + s + m)
+                    )
+        return {"runs": entries}
+
+    return train_grid
+
+
+def test_every_measurement_lands_on_its_member_seed_and_run_and_a_rerun_measures_nothing_again(tmp_path, monkeypatch):
+    report = run_study(tmp_path, fake_grid(), SETTINGS)
+    runs = report.tables["study_runs"]
+    assert len(runs) == 2 * 3 and set(runs.model) == {f"toy-a-s{s}-{r}-final" for s in (0, 1) for r, _, _ in RUNS}
+    probes = report.tables["study_probes"]
+    assert len(probes) == 6 * 2 and set(probes.task) == {"needle", "copy"} and probes.accuracy.between(0, 1).all()
+    for row in probes.itertuples():  # the model name encodes member, seed and run: they must agree
+        assert row.model == f"{row.member}-s{row.seed}-{row.run}-final"
+    heads = report.tables["study_heads"]
+    assert set(heads.run) == {"pt", "cpt-frozen"} and set(heads.layer_type) == {"full", "sliding", "all"}
+    full = heads[heads.layer_type == "full"]
+    assert (full.heads == tiny_config().full.n_heads).all()  # 1 full layer x 2 heads
+    assert set(report.tables["study_ruler"].run) == {"cpt"} and report.tables["study_shortctx"].empty
+    stored = read_table(tmp_path / "tables" / "study_probes.parquet").frame
+    pd.testing.assert_frame_equal(stored, probes.reset_index(drop=True), check_dtype=False)
+    assert "## Held-out needle retrieval" in (tmp_path / "report.md").read_text()
+
+    calls = []
+    monkeypatch.setattr(job, "probe_hits", lambda *a: calls.append(a) or [True])
+    again = run_study(tmp_path, fake_grid(), SETTINGS)
+    assert calls == [] and again.tables["study_probes"].equals(report.tables["study_probes"])
+
+
+def test_an_interrupted_grid_stops_the_study_before_any_measurement(tmp_path):
+    report = run_study(tmp_path, lambda runs: {"runs": [], "interrupted": True}, SETTINGS)
+    assert report.interrupted and not report.tables and not (tmp_path / "report.md").exists()
+
+
+def test_spread_is_the_mean_and_sample_sd_over_seeds():
+    accuracy = [0.5, 0.7, 1.0, 0.4, 0.25]
+    frame = pd.DataFrame(
+        dict(member=["a"] * 4 + ["b"], seed=[0, 0, 1, 2, 0], run="pt", distance=100, accuracy=accuracy)
+    )
+    wide = spread(frame, ["member"], ["distance"], "accuracy", 100.0)
+    per_seed = [60.0, 100.0, 40.0]  # seed 0 averages its two rows first
+    mean = sum(per_seed) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in per_seed) / 2)
+    assert wide.set_index("member").loc["a", "100"] == f"{mean:.1f} ± {sd:.1f}"
+    assert wide.set_index("member").loc["b", "100"] == "25.0"  # one seed: no spread
+    assert markdown(wide).splitlines()[2] == f"| a | {mean:.1f} ± {sd:.1f} |"
+
+
+def test_comparisons_skip_missing_tables_and_bad_settings_are_named():
+    assert comparisons({}) == {}
+    with pytest.raises(StudyError, match="`probes`"):
+        StudySettings.from_dict({"probes": ["needle"]})
+    with pytest.raises(StudyError, match="unknown study settings"):
+        StudySettings.from_dict({"probe": ["needle@10"]})
