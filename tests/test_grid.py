@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from trainer.config import TrainConfig, TrainError
 from trainer.grid import Recipe, run_grid
@@ -117,3 +118,18 @@ def test_missing_recipe_profile_and_members_are_named(tmp_path):
         Recipe.load(write(tmp_path, RECIPE), "fast")
     with pytest.raises(TrainError, match="unknown members"):
         run_grid(write(tmp_path, RECIPE), tmp_path / "r", ["d99"])
+
+
+def test_parallel_chains_train_exactly_what_one_process_trains(tmp_path):
+    from safetensors.torch import load_file
+
+    recipe = write(tmp_path, {**RECIPE, "runs": {k: RECIPE["runs"][k] for k in ("pt", "cpt")}})
+    one_thread = {**TINY, "threads": 1}
+    serial = run_grid(recipe, tmp_path / "serial", ["d16"], overrides=one_thread, log=lambda _: None)
+    parallel = run_grid(recipe, tmp_path / "parallel", ["d16"], overrides=one_thread, log=lambda _: None, jobs=2)
+    key = lambda r: (r["member"], r["seed"], r["run"])  # noqa: E731
+    assert sorted(map(key, parallel["runs"])) == sorted(map(key, serial["runs"])) and len(serial["runs"]) == 4
+    for a in serial["runs"]:
+        b = next(r for r in parallel["runs"] if key(r) == key(a))
+        wa, wb = (load_file(Path(r["checkpoint"]) / "model.safetensors") for r in (a, b))
+        assert all(torch.equal(wa[n], wb[n]) for n in wa) and a["final_loss"] == b["final_loss"]

@@ -31,8 +31,11 @@ from __future__ import annotations
 
 import copy
 import json
+import multiprocessing
 import os
+import signal
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -186,6 +189,34 @@ def _needed(recipe: Recipe, chosen: list[str] | None) -> list[str]:
     return [r for r in recipe.runs if r in need]
 
 
+def _run_chain(
+    plan: Recipe, runs: Path, member: str, seed: int, order: list[str], overrides: dict[str, Any] | None,
+    run_stage: Callable[[TrainConfig], TrainResult] = train, log: Callable[[str], None] = print,
+) -> tuple[list[dict[str, Any]], bool]:  # fmt: skip
+    """One member x seed through its runs in order: the finished runs' manifest entries, and whether a
+    run was interrupted (then the later runs are not started)."""
+    entries = []
+    for name in order:
+        settings = plan.runs[name]
+        folder = run_dir(runs, member, seed, name)
+        previous = run_dir(runs, member, seed, settings["from"]) / "final" if settings.get("from") else None
+        where = f"{member} seed {seed} {name}"
+        if is_finished(folder):
+            log(f"{where}: finished earlier, skipping")
+        else:
+            log(f"{where}: training into {folder}")
+            if run_stage(_run_config(member, seed, settings, folder, previous, overrides)).interrupted:
+                log(f"{where}: interrupted; rerun the same command to continue")
+                return entries, True
+        entries.append(_entry(member, seed, name, settings, folder))
+    return entries, False
+
+
+def _chain_worker(args: tuple) -> tuple[list[dict[str, Any]], bool]:
+    """A process of a parallel grid: one chain, logging to its own stdout."""
+    return _run_chain(*args)
+
+
 def run_grid(
     recipe: str | Path | Recipe,
     runs: str | Path,
@@ -196,12 +227,16 @@ def run_grid(
     overrides: dict[str, Any] | None = None,
     run_stage: Callable[[TrainConfig], TrainResult] = train,
     log: Callable[[str], None] = print,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Run (or continue) the grid; returns the manifest (with ``"interrupted": True`` when a run was).
 
     ``stages`` names runs of the recipe (their ``from`` runs are done first); ``seeds`` replaces the
-    recipe's; ``overrides`` apply to every run. Under ``torchrun`` every process walks the same plan
-    (each run is a collective training run); only the main process logs and writes the manifest.
+    recipe's; ``overrides`` apply to every run. ``jobs`` > 1 trains that many member x seed chains at
+    once, each in its own process (CPU grids: give each run ``threads``; ``run_stage`` is then
+    :func:`trainer.train.train` and progress is the processes' log lines). Under ``torchrun`` every
+    process walks the same plan (each run is a collective training run); only the main process logs and
+    writes the manifest.
     """
     plan = recipe if isinstance(recipe, Recipe) else Recipe.load(recipe, profile)
     runs = Path(runs)
@@ -209,32 +244,36 @@ def run_grid(
     if not main:
         log = lambda _msg: None  # noqa: E731
     chosen, order = _members(plan.scale, members), _needed(plan, stages)
+    chains = [(seed, member) for seed in (seeds if seeds is not None else plan.seeds) for member in chosen]
     manifest_path = runs / "manifest.json"
     manifest: dict[str, Any] = {"recipe": plan.source, "scale": plan.scale, "profile": profile, "runs": []}
     if manifest_path.is_file():
         manifest["runs"] = json.loads(manifest_path.read_text()).get("runs", [])
-    for seed in seeds if seeds is not None else plan.seeds:
-        for member in chosen:
-            for name in order:
-                settings = plan.runs[name]
-                folder = run_dir(runs, member, seed, name)
-                previous = run_dir(runs, member, seed, settings["from"]) / "final" if settings.get("from") else None
-                where = f"{member} seed {seed} {name}"
-                if is_finished(folder):
-                    log(f"{where}: finished earlier, skipping")
-                else:
-                    log(f"{where}: training into {folder}")
-                    result = run_stage(_run_config(member, seed, settings, folder, previous, overrides))
-                    if result.interrupted:
-                        log(f"{where}: interrupted; rerun the same command to continue")
-                        return {**manifest, "interrupted": True}
-                entry = _entry(member, seed, name, settings, folder)
-                manifest["runs"] = [
-                    r for r in manifest["runs"] if (r["member"], r["seed"], r["run"]) != (member, seed, name)
-                ] + [entry]
-                if main:
-                    atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
-    return manifest
+
+    def record(entries: list[dict[str, Any]]) -> None:
+        done = {(e["member"], e["seed"], e["run"]) for e in entries}
+        manifest["runs"] = [r for r in manifest["runs"] if (r["member"], r["seed"], r["run"]) not in done] + entries
+        if main:
+            atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
+
+    interrupted = False
+    if jobs > 1 and len(chains) > 1:
+        work = [(plan, runs, member, seed, order, overrides) for seed, member in chains]
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers save and stop on Ctrl-C
+        try:
+            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                for entries, stopped in pool.map(_chain_worker, work):
+                    record(entries)
+                    interrupted |= stopped
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    else:
+        for seed, member in chains:
+            entries, interrupted = _run_chain(plan, runs, member, seed, order, overrides, run_stage, log)
+            record(entries)
+            if interrupted:
+                break
+    return {**manifest, "interrupted": True} if interrupted else manifest
 
 
 def _entry(member: str, seed: int, name: str, settings: dict[str, Any], folder: Path) -> dict[str, Any]:

@@ -43,15 +43,17 @@ class TrainerPlugin:
         overrides: dict[str, Any] | None = None,
         log: Callable[[str], None] = print,
         on_step: Callable[[int, int, str], None] | None = None,
+        jobs: int = 1,
     ) -> dict[str, Any]:
         """Train a recipe's grid (:func:`trainer.grid.run_grid`); returns the manifest. ``on_step(step,
-        total, info)`` follows each run's steps (a progress bar)."""
+        total, info)`` follows each run's steps (a progress bar; with ``jobs`` > 1 the processes log)."""
         from trainer.grid import run_grid
         from trainer.train import train
 
-        return run_grid(
-            recipe, out, members, runs, seeds, profile, overrides, run_stage=lambda cfg: train(cfg, on_step), log=log
-        )
+        def stage(cfg: TrainConfig) -> TrainResult:
+            return train(cfg, on_step)
+
+        return run_grid(recipe, out, members, runs, seeds, profile, overrides, run_stage=stage, log=log, jobs=jobs)
 
     def recipe(self, recipe: str, profile: str | None = None) -> dict[str, Any]:
         """A recipe with its profile applied: ``scale``, ``seeds``, ``runs`` (settings by run), ``source``

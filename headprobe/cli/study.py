@@ -22,6 +22,7 @@ def run(
     members: str | None = None,
     device: str = "cpu",
     progress: bool = True,
+    jobs: int = 1,
 ) -> None:
     """Train the recipe's grid, measure every run, print the comparisons (shared by study and demo)."""
     from headprobe.cli.train import trainer_plugin
@@ -44,7 +45,9 @@ def run(
             bar.describe(message.split(":")[0])
 
         def train_grid(runs: Path) -> dict:
-            return plugin.grid(recipe, str(runs), chosen, None, seed_list, profile, None, log=log, on_step=bar.report)
+            return plugin.grid(
+                recipe, str(runs), chosen, None, seed_list, profile, None, log=log, on_step=bar.report, jobs=jobs
+            )
 
         record = {"recipe": info["source"], "profile": profile, "seeds": seed_list or list(info["seeds"])}
         try:
@@ -79,17 +82,19 @@ def study(
     members: Annotated[str | None, typer.Option(help="comma list, e.g. d16,k64v16 (default: all)")] = None,
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/study"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
+    jobs: Annotated[int, typer.Option(help="member x seed chains trained at once, one process each (CPU)")] = 1,
     progress: bool = True,
 ) -> None:
     """The study end to end: train the grid (pt -> cpt, cpt with attention frozen -> sft), probe retrieval,
     analyze, evaluate, and compare the members; rerun to resume."""
-    run(ctx, recipe, profile, out, seeds, members, device, progress)
+    run(ctx, recipe, profile, out, seeds, members, device, progress, jobs)
 
 
 def demo(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/demo"),
+    jobs: Annotated[int, typer.Option(help="members trained at once, one process each")] = 2,
     progress: bool = True,
 ) -> None:
     """The toy study on CPU in minutes (the toy recipe's demo profile: five members, one seed)."""
-    run(ctx, "toy", "demo", out, progress=progress)
+    run(ctx, "toy", "demo", out, progress=progress, jobs=jobs)

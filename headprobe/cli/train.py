@@ -77,6 +77,7 @@ def _grid_command(plugin: Any):
         runs: Annotated[str | None, typer.Option(help="comma list of the recipe's runs (default: all)")] = None,
         seeds: Annotated[str | None, typer.Option(help="comma list, e.g. 0,1,2 (default: the recipe's)")] = None,
         data: Annotated[str | None, typer.Option(help="data folder for every run (default: the recipe's)")] = None,
+        jobs: Annotated[int, typer.Option(help="member x seed chains trained at once, one process each (CPU)")] = 1,
         out: Annotated[str, typer.Option(help="RUNS folder")] = "runs/grid",
     ) -> None:
         """Train every member x seed through the recipe's runs; rerun to continue after a crash."""
@@ -84,7 +85,7 @@ def _grid_command(plugin: Any):
             manifest = plugin.grid(
                 recipe, out, words(members) if members else None, words(runs) if runs else None,
                 ints(seeds) if seeds else None, profile, {"data": data} if data else None,
-                typer.echo,
+                typer.echo, jobs=jobs,
             )  # fmt: skip
         except plugin.errors as err:
             raise fail(err, ctx) from None
