@@ -29,10 +29,24 @@ def test_levels_grow_geometrically_or_inherit_fields():
     assert c.accuracy == 0.85 and c.window == 20 and c.steps is None
 
 
+def test_listed_levels_come_first_with_their_own_tasks_then_the_grown_ones():
+    raw = {
+        "tasks": {"needle": 1},
+        "levels": [{"tasks": {"copy": 1}, "distance": [0, 8], "segment": [32, 64]}, {"distance": [8, 16]}],
+        "grow": {"distance": [64, 128], "factor": 2},
+    }
+    c = Curriculum.from_dict(raw)
+    assert [lv.distance for lv in c.levels] == [(0, 8), (8, 16), (32, 64), (64, 128)]
+    assert c.levels[1].segment == (32, 64)  # inherited from the level before
+    assert [set(c.mix(i).weights) for i in range(4)] == [{Task.COPY}, {Task.COPY}, {Task.NEEDLE}, {Task.NEEDLE}]
+    assert {c.mix(0).example(0, i).kind for i in range(10)} == {"copy"}
+
+
 @pytest.mark.parametrize(
     "raw, match",
     [
-        ({"tasks": {"copy": 1}}, "exactly one of `levels`"),
+        ({"tasks": {"copy": 1}}, "give `levels`"),
+        ({"levels": [{"distance": [0, 8]}]}, "task mix needs"),  # no tasks anywhere
         ({"tasks": {"sing": 1}, "levels": [{}]}, "unknown task 'sing'"),
         ({"tasks": {"copy": 1}, "levels": [{"depth": 3}]}, "unknown level fields"),
         ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"steps": 5, "accuracy": 0.5}}, "advance is"),

@@ -14,9 +14,10 @@ and the probes to log::
     }
 
 * ``levels``: the task settings of each level, easy to hard (fields of
-  :class:`~headprobe.text.tasks.TaskSettings`; a level repeats the previous one's fields it does not
-  name). Or ``grow``: distance levels ``[lo/2, lo], [lo/2*f, lo*f], ...`` up to ``hi``, the segment
-  growing with the distance up to its own cap (``segment_max``, default 96).
+  :class:`~headprobe.text.tasks.TaskSettings`, and ``tasks``: that level's own task weights; a level
+  repeats the previous one's fields it does not name). And/or ``grow``: distance levels
+  ``[lo/2, lo], [lo/2*f, lo*f], ...`` up to ``hi`` after the listed ones, the segment growing with the
+  distance up to its own cap (``segment_max``, default 96), with the file's ``tasks``.
 * ``advance``: ``{"accuracy": a, "window": n}`` moves to the next level once the mean training accuracy
   on the target tokens over the last ``n`` steps exceeds ``a`` (an adaptive curriculum, driven by what
   the model has learned); ``{"steps": k}`` moves every ``k`` steps (a schedule).
@@ -53,6 +54,7 @@ class Curriculum:
 
     tasks: dict[str, float]
     levels: tuple[TaskSettings, ...]
+    level_tasks: tuple[dict[str, float], ...] = ()  # each level's task weights (default: ``tasks``)
     accuracy: float | None = 0.85
     window: int = 20
     steps: int | None = None
@@ -78,8 +80,9 @@ class Curriculum:
         if unknown:
             raise TrainError(f"{where}: unknown fields {unknown}")
         try:
-            levels = _levels(raw)
-            TaskMix(raw.get("tasks") or {}, levels[0])  # validates the task names and weights
+            levels, level_tasks = _levels(raw)
+            for tasks, settings in zip(level_tasks, levels, strict=True):
+                TaskMix(tasks, settings)  # validates the task names and weights
         except (ValueError, TypeError, KeyError) as err:
             raise TrainError(f"{where}: {err}") from None
         advance = raw.get("advance", {"accuracy": 0.85, "window": 20})
@@ -89,8 +92,9 @@ class Curriculum:
         if not 0 <= prose < 1:
             raise TrainError(f"{where}: prose is the share of prose rows, in [0, 1)")
         return cls(
-            tasks={str(k): float(v) for k, v in raw["tasks"].items()},
+            tasks={str(k): float(v) for k, v in (raw.get("tasks") or {}).items()},
             levels=tuple(levels),
+            level_tasks=tuple(level_tasks),
             accuracy=advance.get("accuracy"),
             window=int(advance.get("window", 20)),
             steps=advance.get("steps"),
@@ -101,38 +105,44 @@ class Curriculum:
         )
 
     def mix(self, level: int) -> TaskMix:
-        return TaskMix(self.tasks, self.levels[min(level, len(self.levels) - 1)])
+        i = min(level, len(self.levels) - 1)
+        return TaskMix(self.level_tasks[i] if self.level_tasks else self.tasks, self.levels[i])
 
     def identity(self) -> str:
         """A digest of the file's content (part of the run's data identity)."""
         return hashlib.sha256(json.dumps(self.source, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _levels(raw: dict[str, Any]) -> list[TaskSettings]:
-    if ("levels" in raw) == ("grow" in raw):
-        raise ValueError("give exactly one of `levels` (a list) or `grow` (a distance range and factor)")
+def _levels(raw: dict[str, Any]) -> tuple[list[TaskSettings], list[dict[str, float]]]:
+    """Each level's settings and task weights: the listed ``levels``, then the ``grow`` ones."""
+    if "levels" not in raw and "grow" not in raw:
+        raise ValueError("give `levels` (a list), `grow` (a distance range and factor) or both")
+    tasks = {str(k): float(v) for k, v in (raw.get("tasks") or {}).items()}
+    out, weights, current = [], [], {}
+    for level in raw.get("levels", []):
+        extra = set(level) - set(_SETTINGS) - {"tasks"}
+        if extra:
+            raise ValueError(f"unknown level fields {sorted(extra)}; a level sets tasks, {', '.join(_SETTINGS)}")
+        current = {**current, **level}
+        settings = {k: tuple(v) if isinstance(v, list) else v for k, v in current.items() if k != "tasks"}
+        out.append(TaskSettings(**settings))
+        weights.append({str(k): float(v) for k, v in current.get("tasks", tasks).items()})
+    if "levels" in raw and not out:
+        raise ValueError("`levels` is empty")
     if "grow" in raw:
         lo, hi = raw["grow"]["distance"]
         factor, cap = float(raw["grow"].get("factor", 1.25)), int(raw["grow"].get("segment_max", 96))
         if factor <= 1 or not 1 <= lo <= hi:
             raise ValueError("grow needs 1 <= distance[0] <= distance[1] and a factor > 1")
-        out, d = [], float(lo)
+        d = float(lo)
         while True:
             top = int(min(d, hi))
             out.append(TaskSettings(distance=(top // 2, top), segment=(8, max(16, min(cap, top)))))
+            weights.append(tasks)
             if top >= hi:
-                return out
+                break
             d *= factor
-    out, current = [], {}
-    for level in raw["levels"]:
-        extra = set(level) - set(_SETTINGS)
-        if extra:
-            raise ValueError(f"unknown level fields {sorted(extra)}; a level sets {', '.join(_SETTINGS)}")
-        current = {**current, **level}
-        out.append(TaskSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in current.items()}))
-    if not out:
-        raise ValueError("`levels` is empty")
-    return out
+    return out, weights
 
 
 @dataclass
