@@ -91,3 +91,19 @@ def test_byte_masks_cover_exactly_the_answer():
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ValueError):
         TaskSettings(**bad)
+
+
+def test_magic_needles_are_rulers_phrasing_and_the_loss_counts_the_number():
+    from headprobe.evals.ruler.templates import NIAH_NEEDLE, NIAH_PREFIX, NIAH_TEMPLATE
+
+    m = mix(Task.MAGIC, distance=(200, 300), pairs=(1, 3))
+    for i in range(30):
+        ex = m.example(5, i)
+        facts = dict(re.findall(r"special magic numbers for ([a-z]+-[a-z]+) is: (\d{7})\.", ex.text))
+        key = re.search(r"What are all the special magic numbers for ([a-z]+-[a-z]+) mentioned", ex.text).group(1)
+        for k, v in facts.items():
+            assert NIAH_NEEDLE.format(type_needle_v="numbers", key=k, value=v) in ex.text
+        question = NIAH_TEMPLATE.split("\n")[-1].format(type_needle_v="numbers", query=key)
+        prefix = NIAH_PREFIX.format(type_needle_v="numbers", query=key)
+        ((start, end),) = ex.loss_spans
+        assert ex.text[:start].endswith(question + prefix) and ex.text[start:end] == " " + facts[key]

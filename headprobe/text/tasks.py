@@ -12,6 +12,8 @@ per-token loss mask for any tokenizer. Distances are in characters (tokens for t
 ``needle``     prose holding facts ("The code for the red cup is 4471."), more prose, a question answered
                answered by restating the fact ("Answer: The code for the red cup is 4471."); the loss
                counts the value only (the restatement is context, as RULER's answer prefixes are)
+``magic``      RULER's needle phrasing ("One of the special magic numbers for shaky-seeker is: 2461937.")
+               in our prose, asked with RULER's question and answer prefix; the loss counts the number
 ``prose``      the built-in corpus' prose; every token counts
 =============  ============================================================================================
 
@@ -36,6 +38,7 @@ class Task(Choice, what="task"):
     COPY = "copy"
     RECALL = "recall"
     NEEDLE = "needle"
+    MAGIC = "magic"
     PROSE = "prose"
 
 
@@ -160,6 +163,28 @@ def needle_example(w: Writer, s: TaskSettings) -> TaskExample:
     return TaskExample(text, ((start, start + len(facts[key]) + 1),), "needle")
 
 
+MAGIC_FACT = "One of the special magic numbers for {key} is: {value}."  # RULER's niah needle and question
+MAGIC_QUESTION = (
+    "What are all the special magic numbers for {key} mentioned in the provided text? "
+    "The special magic numbers for {key} mentioned in the provided text are"
+)
+
+
+def magic_example(w: Writer, s: TaskSettings) -> TaskExample:
+    n = w.rng.randint(*s.pairs)
+    facts: dict[str, str] = {}
+    while len(facts) < n:
+        facts.setdefault(_key(w, s.split).replace(" ", "-"), str(w.rng.randint(10**6, 10**7 - 1)))
+    key = w.rng.choice(list(facts))
+    body = " ".join(
+        f"{_prose(w, w.rng.randint(0, 64))} {MAGIC_FACT.format(key=k, value=v)}".strip() for k, v in facts.items()
+    )
+    text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {MAGIC_QUESTION.format(key=key)}"
+    start = len(text)
+    text += f" {facts[key]}."
+    return TaskExample(text, ((start, start + len(facts[key]) + 1),), "magic")
+
+
 def prose_example(w: Writer, s: TaskSettings) -> TaskExample:
     return TaskExample(_prose(w, w.rng.randint(200, 2000)).strip() or "The cup.", (), "prose")
 
@@ -168,6 +193,7 @@ GENERATORS = {
     Task.COPY: copy_example,
     Task.RECALL: recall_example,
     Task.NEEDLE: needle_example,
+    Task.MAGIC: magic_example,
     Task.PROSE: prose_example,
 }
 
