@@ -69,6 +69,8 @@ def test_every_measurement_lands_on_its_member_seed_and_run_and_a_rerun_measures
     assert set(heads.run) == {"pt", "cpt-frozen"} and set(heads.layer_type) == {"full", "sliding", "all"}
     full = heads[heads.layer_type == "full"]
     assert (full.heads == tiny_config().full.n_heads).all()  # 1 full layer x 2 heads
+    unkept = heads[heads.n_kept == 0]  # random models copy no needle: no evidence, not "no retrieval heads"
+    assert len(unkept) and unkept.retrieval_heads.isna().all() and unkept.fraction.isna().all()
     assert set(report.tables["study_ruler"].run) == {"cpt"} and report.tables["study_shortctx"].empty
     stored = read_table(tmp_path / "tables" / "study_probes.parquet").frame
     pd.testing.assert_frame_equal(stored, probes.reset_index(drop=True), check_dtype=False)
@@ -96,6 +98,8 @@ def test_spread_is_the_mean_and_sample_sd_over_seeds():
     sd = math.sqrt(sum((x - mean) ** 2 for x in per_seed) / 2)
     assert wide.set_index("member").loc["a", "100"] == f"{mean:.1f} ± {sd:.1f}"
     assert wide.set_index("member").loc["b", "100"] == "25.0"  # one seed: no spread
+    missing = frame.assign(accuracy=float("nan"))
+    assert spread(missing, ["member"], ["distance"], "accuracy").iloc[0, 1] == "n/a"
     assert markdown(wide).splitlines()[2] == f"| a | {mean:.1f} ± {sd:.1f} |"
 
 

@@ -127,6 +127,8 @@ def head_table(
     wide = wide.drop(columns=[c for c in ("n_kept", "n_samples", "mean_score") if c in wide]).merge(
         kept, on=["model", "length"], how="left"
     )
+    unknown = wide["n_kept"] == 0  # no needle was copied: no evidence about any head, not "no retrieval heads"
+    wide.loc[unknown, ["retrieval_heads", "fraction"]] = float("nan")
     return _tag(wide, runs)
 
 

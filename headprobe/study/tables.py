@@ -47,7 +47,7 @@ STUDY_HEADS = Schema(
         *_WHO,
         Column("length", "int", "analysis length in tokens"),
         Column("layer_type", "str", "full, sliding or all"),
-        Column("retrieval_heads", "float", "heads with retrieval score >= 0.1"),
+        Column("retrieval_heads", "float", "heads with retrieval score >= 0.1; missing when no sample was kept"),
         Column("heads", "float", "heads of that layer type"),
         Column("fraction", "float", "retrieval_heads / heads"),
         Column("n_kept", "float", "needle samples whose answer passed the ROUGE filter (all layer types)"),
@@ -75,6 +75,8 @@ def spread(
     stats = per_seed.groupby([*index, *columns], dropna=False)[value].agg(["mean", "std", "count"]).reset_index()
 
     def cell(row: pd.Series) -> str:
+        if pd.isna(row["mean"]):
+            return "n/a"
         text = f"{row['mean'] * scale:.{digits}f}"
         return text + (f" ± {row['std'] * scale:.{digits}f}" if row["count"] > 1 else "")
 
