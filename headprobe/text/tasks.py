@@ -106,13 +106,19 @@ def _value(w: Writer) -> str:
     return str(w.rng.randrange(1000, 10000))
 
 
+def _item(w: Writer) -> str:
+    """A random noun or, one time in three, a number: copying must work for digits too (the values of
+    recall and needles), or a copy circuit learned on words never moves a digit."""
+    return _value(w) if w.rng.random() < 1 / 3 else w.rng.choice(w.nouns)
+
+
 def copy_example(w: Writer, s: TaskSettings) -> TaskExample:
     n_chars = w.rng.randint(*s.segment)
     segment = _prose(w, n_chars).strip()
     if w.rng.random() < 0.5 or " " not in segment:  # random words: nothing to predict but by copying
-        picked = [w.rng.choice(w.nouns), w.rng.choice(w.nouns)]
+        picked = [_item(w), _item(w)]
         while len(" ".join(picked)) < n_chars:
-            picked.append(w.rng.choice(w.nouns))
+            picked.append(_item(w))
         if len(picked) > 2 and len(" ".join(picked)) > n_chars:
             picked.pop()
         segment = " ".join(picked)  # at least two words; longer than n_chars only when two are
