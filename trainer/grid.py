@@ -34,6 +34,7 @@ import json
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -205,16 +206,20 @@ def _run_chain(
             log(f"{where}: finished earlier, skipping")
         else:
             log(f"{where}: training into {folder}")
-            if run_stage(_run_config(member, seed, settings, folder, previous, overrides)).interrupted:
+            began = time.perf_counter()
+            result = run_stage(_run_config(member, seed, settings, folder, previous, overrides))
+            if result.interrupted:
                 log(f"{where}: interrupted; rerun the same command to continue")
                 return entries, True
+            loss = "n/a" if result.final_loss is None else f"{result.final_loss:.3f}"
+            log(f"{where}: done, {result.steps} steps, last loss {loss}, {time.perf_counter() - began:.0f} s")
         entries.append(_entry(member, seed, name, settings, folder))
     return entries, False
 
 
 def _chain_worker(args: tuple) -> tuple[list[dict[str, Any]], bool]:
-    """A process of a parallel grid: one chain, logging to its own stdout."""
-    return _run_chain(*args)
+    """A process of a parallel grid: one chain, logging to its own stdout (flushed: lines show as they come)."""
+    return _run_chain(*args, log=lambda message: print(message, flush=True))
 
 
 def run_grid(
