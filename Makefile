@@ -12,7 +12,7 @@ EXTRAS      ?= dev
 PYTEST_ARGS ?=
 STAMP       := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo study test lint bench clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/headprobe demo
+
+study: $(STAMP)  # the toy study with every seed of the recipe (hours on 2 cores)
+	$(BIN)/headprobe study --recipe toy --jobs 2 --out results/study
 
 test: $(STAMP)
 	$(BIN)/lint-imports
