@@ -131,3 +131,33 @@ def test_synth_tasks_command_writes_masked_data_and_trains_on_it(tmp_path):
     assert res.exit_code == 0, res.output
     res = invoke("data", "synth", "--tokens", "100", "--out", str(tmp_path / "x"), "--tasks", "copy=1,sing=2")
     assert res.exit_code == 2 and "unknown task 'sing'" in res.output and "--tasks" in res.output
+
+
+def test_study_command_trains_measures_and_reports_then_resumes(tmp_path):
+    curriculum = tmp_path / "c.json"
+    curriculum.write_text(json.dumps({"tasks": {"needle": 1}, "levels": [{"distance": [0, 40], "pairs": [1, 1]}]}))
+    recipe = {
+        "scale": "toy",
+        "seeds": [0, 1],
+        "runs": {"pt": {"curriculum": "c.json", "tokenizer": "byte", "seq_len": 256, "batch_size": 1, "steps": 2}},
+        "study": {
+            "probes": ["needle@40"],
+            "probe_samples": 1,
+            "analysis_runs": [],
+            "ruler_runs": [],
+            "shortctx_runs": [],
+        },
+    }
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe))
+    args = ["study", "--recipe", str(tmp_path / "recipe.json"), "--members", "d16", "--out", str(tmp_path / "out")]
+    res = invoke(*args, "--seeds", "1")
+    assert res.exit_code == 0, res.output
+    assert "Held-out needle retrieval" in res.output and f"results: {tmp_path / 'out'}" in res.output
+    manifest = json.loads((tmp_path / "out" / "runs" / "manifest.json").read_text())
+    assert [(r["member"], r["seed"], r["run"]) for r in manifest["runs"]] == [("toy-d16", 1, "pt")]  # --seeds won
+    again = invoke(*args, "--seeds", "1")
+    assert again.exit_code == 0 and "finished earlier, skipping" in again.output
+    missing = invoke("study", "--recipe", str(tmp_path / "none.json"))
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    bad = invoke("study", "--recipe", str(tmp_path / "recipe.json"), "--profile", "fast")
+    assert bad.exit_code == 2 and "no profile 'fast'" in bad.output

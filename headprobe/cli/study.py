@@ -66,7 +66,7 @@ def run(
 
 
 def frame_table(title: str, frame) -> Table:
-    table = Table(title=title)
+    table = Table(title=title, min_width=len(title) + 4)  # a title never wraps
     for col in frame.columns:
         table.add_column(str(col))
     for row in frame.itertuples(index=False):
