@@ -107,3 +107,15 @@ def test_magic_needles_are_rulers_phrasing_and_the_loss_counts_the_number():
         prefix = NIAH_PREFIX.format(type_needle_v="numbers", query=key)
         ((start, end),) = ex.loss_spans
         assert ex.text[:start].endswith(question + prefix) and ex.text[start:end] == " " + facts[key]
+
+
+def test_repeat_is_a_symbol_string_twice_and_the_loss_counts_the_repeat_after_its_first_symbol():
+    from headprobe.text.tasks import SYMBOLS
+
+    m = mix(Task.REPEAT, segment=(5, 9))
+    for i in range(30):
+        ex = m.example(6, i)
+        n = len(ex.text) // 2
+        assert 5 <= n <= 9 and ex.text[:n] == ex.text[n:] and set(ex.text) <= set(SYMBOLS)
+        assert ex.loss_spans == ((n + 1, 2 * n),)
+    assert len(SYMBOLS) == 64 and set("0123456789") <= set(SYMBOLS)

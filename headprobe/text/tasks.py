@@ -14,6 +14,8 @@ per-token loss mask for any tokenizer. Distances are in characters (tokens for t
                counts the value only (the restatement is context, as RULER's answer prefixes are)
 ``magic``      RULER's needle phrasing ("One of the special magic numbers for shaky-seeker is: 2461937.")
                in our prose, asked with RULER's question and answer prefix; the loss counts the number
+``repeat``     a string of random symbols (digits and letters) repeated at once, nothing between; the loss
+               counts the repeat after its first symbol: exact copying of what nothing else predicts
 ``prose``      the built-in corpus' prose; every token counts
 =============  ============================================================================================
 
@@ -25,6 +27,7 @@ so a probe can ask about facts whose keys never occurred in training. Everything
 from __future__ import annotations
 
 import random
+import string
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -39,6 +42,7 @@ class Task(Choice, what="task"):
     RECALL = "recall"
     NEEDLE = "needle"
     MAGIC = "magic"
+    REPEAT = "repeat"
     PROSE = "prose"
 
 
@@ -191,6 +195,15 @@ def magic_example(w: Writer, s: TaskSettings) -> TaskExample:
     return TaskExample(text, ((start, start + len(facts[key]) + 1),), "magic")
 
 
+SYMBOLS = string.digits + string.ascii_letters + "+/"  # 64 symbols
+
+
+def repeat_example(w: Writer, s: TaskSettings) -> TaskExample:
+    n = max(2, w.rng.randint(*s.segment))
+    segment = "".join(w.rng.choice(SYMBOLS) for _ in range(n))
+    return TaskExample(segment + segment, ((n + 1, 2 * n),), "repeat")
+
+
 def prose_example(w: Writer, s: TaskSettings) -> TaskExample:
     return TaskExample(_prose(w, w.rng.randint(200, 2000)).strip() or "The cup.", (), "prose")
 
@@ -200,6 +213,7 @@ GENERATORS = {
     Task.RECALL: recall_example,
     Task.NEEDLE: needle_example,
     Task.MAGIC: magic_example,
+    Task.REPEAT: repeat_example,
     Task.PROSE: prose_example,
 }
 
