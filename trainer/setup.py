@@ -133,7 +133,7 @@ def data_source(
 ) -> tuple[Source | CurriculumSource, ByteTokenizer | HFTokenizer]:
     """The stage's items and the tokenizer (from the data manifest when not known yet)."""
     if cfg.stage is Stage.SFT:
-        tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
+        tok = tokenizer or _given_tokenizer(cfg)
         examples = load_jsonl(cfg.data) if cfg.data else builtin_examples(4096, seed=cfg.seed)
         sft = SftData(examples, tok, seq_len)
         desc = {"kind": "sft", "data": cfg.data or "builtin", "items": len(sft)}
@@ -141,27 +141,32 @@ def data_source(
     folder = Path(cfg.data) if cfg.data else None
     if cfg.curriculum:
         curriculum = Curriculum.load(cfg.curriculum)
-        tok = tokenizer or (load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer())
+        tok = tokenizer or _given_tokenizer(cfg)
         if curriculum.prose and folder is None:  # prose rows from the built-in corpus
             folder = builtin_corpus(tokens_needed, cfg.seed, world)
-        prose = _packed(folder, seq_len, tok, model_cfg) if folder else None
+        prose = _packed(TokenData(folder), seq_len, tok, model_cfg) if folder else None
         return CurriculumSource(curriculum, tok, seq_len, cfg.seed, prose), tok
-    folder = folder or builtin_corpus(tokens_needed, cfg.seed, world)
+    data = TokenData(folder or builtin_corpus(tokens_needed, cfg.seed, world))
+    man = data.manifest
     if tokenizer is None:
-        tokenizer = load_tokenizer(cfg.tokenizer or TokenData(folder).manifest.tokenizer)
-    seqs = _packed(folder, seq_len, tokenizer, model_cfg)
-    man = seqs.data.manifest
+        tokenizer = load_tokenizer(cfg.tokenizer or man.tokenizer)
+    seqs = _packed(data, seq_len, tokenizer, model_cfg)
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else man.eod_id
-    desc = {"kind": "packed", "data": str(folder), "total_tokens": man.total_tokens, "items": len(seqs)}
+    desc = {"kind": "packed", "data": str(data.folder), "total_tokens": man.total_tokens, "items": len(seqs)}
     return Source(seqs, pad, desc, cfg.seed), tokenizer
 
 
-def _packed(folder: Path, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer, model_cfg: ModelConfig):
-    data = TokenData(folder)
-    check_same_tokenizer(folder, data.manifest, tokenizer)
+def _given_tokenizer(cfg: TrainConfig) -> ByteTokenizer | HFTokenizer:
+    """``cfg.tokenizer`` loaded, or the byte tokenizer (for data that brings no tokenizer of its own)."""
+    return load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer()
+
+
+def _packed(data: TokenData, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer, model_cfg: ModelConfig):
+    """``data`` as packed sequences, after checking it was tokenised by ``tokenizer`` within the vocabulary."""
+    check_same_tokenizer(data.folder, data.manifest, tokenizer)
     if data.manifest.vocab_size > model_cfg.vocab_size:
         raise DataError(
-            f"{folder} was tokenised with {data.manifest.vocab_size:,} ids but the model has "
+            f"{data.folder} was tokenised with {data.manifest.vocab_size:,} ids but the model has "
             f"vocab_size={model_cfg.vocab_size:,}; prepare the data with the model's tokenizer"
         )
     return PackedSequences(data, seq_len)
