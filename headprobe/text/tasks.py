@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -159,18 +159,31 @@ def needle_question(key: str) -> str:
     return f"Question: What is the code for the {key}? Answer:"
 
 
-def needle_example(w: Writer, s: TaskSettings) -> TaskExample:
+def _fact_example(
+    w: Writer, s: TaskSettings, draw: Callable[[], tuple[str, str]], fact: Callable[[str, str], str],
+    ask: Callable[[str], str], kind: str,
+) -> TaskExample:  # fmt: skip
+    """Prose holding ``pairs`` facts (``draw()`` gives a key and its value, ``fact`` words them), ``distance``
+    characters more prose, then ``ask(key)`` about one of them; the loss counts its value."""
     n = w.rng.randint(*s.pairs)
     facts: dict[str, str] = {}
     while len(facts) < n:
-        facts.setdefault(_key(w, s.split), _value(w))
+        key, value = draw()
+        facts.setdefault(key, value)
     key = w.rng.choice(list(facts))
-    body = " ".join(f"{_prose(w, w.rng.randint(0, 64))} {needle_fact(k, v)}".strip() for k, v in facts.items())
-    text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {needle_question(key)}"
-    text += f" The code for the {key} is"  # the answer restates the fact (context), then gives its value
+    body = " ".join(f"{_prose(w, w.rng.randint(0, 64))} {fact(k, v)}".strip() for k, v in facts.items())
+    text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {ask(key)}"
     start = len(text)
     text += f" {facts[key]}."
-    return TaskExample(text, ((start, start + len(facts[key]) + 1),), "needle")
+    return TaskExample(text, ((start, start + len(facts[key]) + 1),), kind)
+
+
+def needle_example(w: Writer, s: TaskSettings) -> TaskExample:
+    # the answer restates the fact (context), then gives its value
+    return _fact_example(
+        w, s, lambda: (_key(w, s.split), _value(w)), needle_fact,
+        lambda key: f"{needle_question(key)} The code for the {key} is", "needle",
+    )  # fmt: skip
 
 
 MAGIC_FACT = "One of the special magic numbers for {key} is: {value}."  # RULER's niah needle and question
@@ -181,18 +194,10 @@ MAGIC_QUESTION = (
 
 
 def magic_example(w: Writer, s: TaskSettings) -> TaskExample:
-    n = w.rng.randint(*s.pairs)
-    facts: dict[str, str] = {}
-    while len(facts) < n:
-        facts.setdefault(_key(w, s.split).replace(" ", "-"), str(w.rng.randint(10**6, 10**7 - 1)))
-    key = w.rng.choice(list(facts))
-    body = " ".join(
-        f"{_prose(w, w.rng.randint(0, 64))} {MAGIC_FACT.format(key=k, value=v)}".strip() for k, v in facts.items()
-    )
-    text = f"{body} {_prose(w, w.rng.randint(*s.distance))} {MAGIC_QUESTION.format(key=key)}"
-    start = len(text)
-    text += f" {facts[key]}."
-    return TaskExample(text, ((start, start + len(facts[key]) + 1),), "magic")
+    return _fact_example(
+        w, s, lambda: (_key(w, s.split).replace(" ", "-"), str(w.rng.randint(10**6, 10**7 - 1))),
+        lambda k, v: MAGIC_FACT.format(key=k, value=v), lambda key: MAGIC_QUESTION.format(key=key), "magic",
+    )  # fmt: skip
 
 
 SYMBOLS = string.digits + string.ascii_letters + "+/"  # 64 symbols
