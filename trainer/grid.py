@@ -118,7 +118,7 @@ def _resolve_run(name: str, settings: dict[str, Any], earlier: dict[str, dict[st
     if like is not None:
         if like not in earlier:
             raise TrainError(f"{path}: run {name!r} is like {like!r}, which is not an earlier run")
-        base = {k: v for k, v in earlier[like].items()}
+        base = dict(earlier[like])
         _replace_length(base, settings)
         settings = base
     settings.setdefault("stage", name)
