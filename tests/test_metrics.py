@@ -24,13 +24,13 @@ from headprobe.metrics import (
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
-from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.stats import attention_stats
-from headprobe.testing import tiny_config
+from headprobe.testing import build_toy_bpe, tiny_config
 from headprobe.text.haystack import text_inputs
-from headprobe.text.needles import NEEDLES, needle_prompt
+from headprobe.text.needles import CODE_NEEDLES, NEEDLES, needle_prompt
 
 
 def numpy_erank(x: np.ndarray, center: bool) -> float:
@@ -168,6 +168,45 @@ def test_needle_prompt_places_the_answer():
     ids = text_inputs(tok, 300, 2)
     assert ids.shape == (2, 300) and not torch.equal(ids[0], ids[1]) and 256 not in ids  # no start: text only
     assert text_inputs(tok, 300, 1, start=[256, 257])[0, :3].tolist()[:2] == [256, 257]
+
+
+def _metaspace_bpe(tmp_path):
+    """A SentencePiece-style tokenizer (Metaspace pre-tokenizer: ``'▁'`` marks a word start)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from headprobe.text.corpus import document
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>"])
+    tok.train_from_iterator((document(0, i)[1] for i in range(100)), trainer)
+    tok.save(str(tmp_path / "meta.json"))
+    return HFTokenizer(tmp_path / "meta.json")
+
+
+@pytest.mark.parametrize("kind", ["byte-level", "metaspace"])
+def test_needle_prompt_is_its_text_tokenised_whole(tmp_path, kind):
+    """Issue 11: tokenising the needle's pieces apart gave byte-level BPE a lone ' ' before a space-less
+    answer; the prompt must be exactly the tokenisation of its own text, and the answer span exactly the
+    tokens that spell the answer (for byte-level BPE ' 4471' with its space: ' 4', '4', '7', '1' or so)."""
+    if kind == "byte-level":
+        tok = HFTokenizer(build_toy_bpe(tmp_path / "bpe.json", vocab_size=600))
+    else:
+        tok = _metaspace_bpe(tmp_path)
+    for needle in (*NEEDLES[:2], CODE_NEEDLES[0]):
+        for depth in (0.0, 40.0, 100.0):
+            p = needle_prompt(tok, needle, 300, depth, start=[7])
+            assert p.ids == [7, *tok.encode(p.text)]
+            assert len(p.ids) in (299, 300)
+            ids, offsets = tok.encode_offsets(p.text)
+            a = p.text.index(needle.sentence) + len(needle.before)
+            b = a + len(needle.answer)
+            inside = [j + 1 for j, (s, e) in enumerate(offsets) if s < b and e > a]  # +1: the start id
+            assert (p.answer_start, p.answer_end) == (inside[0], inside[-1] + 1)
+            assert needle.answer in tok.decode(p.ids[p.answer_start : p.answer_end])  # edge tokens may hold more
+            assert p.text.endswith(needle.prompt.format(question=needle.question))
+            assert tok.decode(p.ids[p.answer_start - 1 : p.answer_start]) != " "  # no lone space before it
 
 
 class CopyModel(ProbedModel):

@@ -106,6 +106,7 @@ class NeedlePrompt:
     needle: Needle
     depth: float
     haystack: str
+    text: str = ""  # what ``ids`` encode (after the model's prompt start)
 
     @property
     def length(self) -> int:
@@ -121,31 +122,49 @@ def needle_prompt(
     files: list[Path] | None = None,
     start: Sequence[int] = (),
 ) -> NeedlePrompt:
-    """``length`` tokens: ``start`` (the model's prompt start), haystack sentences with ``needle`` inserted
-    at ``depth`` percent (at a sentence boundary), then the question. Pieces are tokenised separately,
-    so the answer's token span is exact."""
+    """``start`` (the model's prompt start) then one text: haystack sentences with ``needle`` inserted
+    at ``depth`` percent (at a sentence boundary), then the question, of ``length`` tokens in all.
+
+    The text is tokenised whole, as a model reads it (tokenising pieces apart would put a lone ``' '``
+    token before a space-less answer with byte-level BPE), and the answer's token span is the tokens
+    whose character offsets overlap the answer. The haystack's last sentence is cut at the character
+    that makes the whole ``length`` tokens; where no cut gives exactly that (a character that merges
+    into its neighbour's token), the prompt is one token shorter.
+    """
     bos = list(start)
-    before = tokenizer.encode(" " + needle.before)
-    answer = tokenizer.encode(needle.answer)
-    after = tokenizer.encode(needle.after)
-    suffix = tokenizer.encode(needle.prompt.format(question=needle.question))
-    budget = length - len(bos) - len(before) - len(answer) - len(after) - len(suffix)
-    if budget < 1:
-        raise ValueError(f"length {length} is too short for the needle and question ({length - budget} tokens)")
-    sentences: list[list[int]] = []
-    used = 0
-    for sentence in haystack_sentences(seed, files):
-        piece = tokenizer.encode(" " + sentence)
-        if used + len(piece) > budget:
-            piece = piece[: budget - used]
-        sentences.append(piece)
-        used += len(piece)
-        if used >= budget:
+    suffix = needle.prompt.format(question=needle.question)
+    fixed = len(bos) + len(tokenizer.encode(" " + needle.sentence + suffix))
+    if length - fixed < 1:
+        raise ValueError(f"length {length} is too short for the needle and question ({fixed + 1} tokens)")
+    sentences, used = [], 0
+    for sentence in haystack_sentences(seed, files):  # enough sentences, counted piece by piece
+        sentences.append(" " + sentence)
+        used += len(tokenizer.encode(sentence))
+        if used > length - fixed:
             break
     cut = round(len(sentences) * depth / 100)
-    head = [t for s in sentences[:cut] for t in s]
-    tail = [t for s in sentences[cut:] for t in s]
-    ids = bos + head + before + answer + after + tail + suffix
-    start = len(bos) + len(head) + len(before)
+
+    def build(chars: int) -> tuple[str, int]:
+        """The text with the last haystack sentence cut to ``chars`` characters, and where the needle
+        sentence starts in it."""
+        hay = [*sentences[:-1], sentences[-1][:chars]]
+        head = "".join(hay[:cut])
+        return head + " " + needle.sentence + "".join(hay[cut:]) + suffix, len(head) + 1
+
+    def count(chars: int) -> int:
+        return len(bos) + len(tokenizer.encode(build(chars)[0]))
+
+    while len(sentences) > 1 and count(0) > length:  # the estimate was generous by a whole sentence
+        sentences.pop()
+        cut = min(cut, len(sentences))
+    lo, hi = 0, len(sentences[-1])  # the longest cut that fits: counts grow with the characters kept
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if count(mid) <= length else (lo, mid - 1)
+    text, at = build(lo)
+    ids, offsets = tokenizer.encode_offsets(text)
+    a = at + len(needle.before)
+    b = a + len(needle.answer)
+    span = [j for j, (s, e) in enumerate(offsets) if s < b and e > a]
     source = "builtin" if not files else ",".join(str(f) for f in files)
-    return NeedlePrompt(ids, start, start + len(answer), needle, depth, source)
+    return NeedlePrompt(bos + ids, len(bos) + span[0], len(bos) + span[-1] + 1, needle, depth, source, text)
