@@ -199,7 +199,7 @@ def test_needle_prompt_is_its_text_tokenised_whole(tmp_path, kind):
             p = needle_prompt(tok, needle, 300, depth, start=[7])
             assert p.ids == [7, *tok.encode(p.text)]
             assert len(p.ids) in (299, 300)
-            ids, offsets = tok.encode_offsets(p.text)
+            _, offsets = tok.encode_offsets(p.text)
             a = p.text.index(needle.sentence) + len(needle.before)
             b = a + len(needle.answer)
             inside = [j + 1 for j, (s, e) in enumerate(offsets) if s < b and e > a]  # +1: the start id
