@@ -15,7 +15,7 @@ def meta_params(name: str) -> int:
         return Transformer(preset(name)).num_params()
 
 
-@pytest.mark.parametrize("scale, lo, hi", [("toy", 0.8e6, 1e6), ("0.6b", 0.55e9, 0.65e9), ("3b", 2.8e9, 3.2e9)])
+@pytest.mark.parametrize("scale, lo, hi", [("toy", 1.2e6, 1.5e6), ("0.6b", 0.55e9, 0.65e9), ("3b", 2.8e9, 3.2e9)])
 def test_preset_sizes(scale, lo, hi):
     names = list_presets(scale)
     assert len(names) == 5

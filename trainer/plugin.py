@@ -72,18 +72,18 @@ class TrainerPlugin:
         return export_step(step_folder, out)
 
     def prepare(self, sources: Sequence[Path], tokenizer: str, out: Path, dtype: str, progress: Progress | None):
-        from headprobe.model.tokenizer import load_tokenizer
+        from headprobe.text.toy_tokenizer import open_tokenizer
         from trainer.data import prepare
 
-        return prepare(sources, load_tokenizer(tokenizer), out, dtype=dtype, progress=progress)
+        return prepare(sources, open_tokenizer(tokenizer), out, dtype=dtype, progress=progress)
 
     def synth(
         self, tokens: int, out: Path, tokenizer: str, seed: int, progress: Progress | None, tasks: TaskMix | None = None
     ):
-        from headprobe.model.tokenizer import load_tokenizer
+        from headprobe.text.toy_tokenizer import open_tokenizer
         from trainer.data import synth
 
-        return synth(tokens, out, load_tokenizer(tokenizer), seed=seed, progress=progress, tasks=tasks)
+        return synth(tokens, out, open_tokenizer(tokenizer), seed=seed, progress=progress, tasks=tasks)
 
     def verify(self, folder: Path) -> tuple[int, int]:
         """Check every shard against its SHA-256; returns ``(tokens, shards)``."""

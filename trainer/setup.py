@@ -15,8 +15,9 @@ import torch
 from headprobe.model.checkpoint import load_checkpoint
 from headprobe.model.config import ModelConfig
 from headprobe.model.presets import preset
-from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.text.toy_tokenizer import open_tokenizer
 from trainer.config import Freeze, Stage, TrainConfig, TrainError
 from trainer.curriculum import Curriculum, CurriculumSource
 from trainer.data import Batch, DataError, PackedSequences, Sampler, TokenData, collate, synth
@@ -72,12 +73,16 @@ def _cache_root() -> Path:
     return Path(os.environ.get("HEADPROBE_CACHE", Path.home() / ".cache" / "headprobe"))
 
 
-def builtin_corpus(tokens_needed: int, seed: int, world: World) -> Path:
-    """The built-in corpus, generated once per size bucket into the cache folder."""
+def builtin_corpus(tokens_needed: int, seed: int, world: World, tokenizer: ByteTokenizer | HFTokenizer) -> Path:
+    """The built-in corpus in ``tokenizer``'s ids, generated once per size bucket into the cache folder."""
     bucket = max(1 << 21, 1 << math.ceil(math.log2(max(tokens_needed, 1))))  # >= 2M tokens, power of two
-    folder = _cache_root() / "corpus" / f"byte-seed{seed}-{bucket}"
+    if isinstance(tokenizer, ByteTokenizer):
+        tag = "byte"
+    else:
+        tag = "bpe-" + hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()[:12]
+    folder = _cache_root() / "corpus" / f"{tag}-seed{seed}-{bucket}"
     if world.is_main and not (folder / "manifest.json").is_file():
-        synth(bucket, folder, seed=seed)
+        synth(bucket, folder, tokenizer, seed=seed)
     if world.distributed:
         torch.distributed.barrier()
     return folder
@@ -143,13 +148,16 @@ def data_source(
         curriculum = Curriculum.load(cfg.curriculum)
         tok = tokenizer or _given_tokenizer(cfg)
         if curriculum.prose and folder is None:  # prose rows from the built-in corpus
-            folder = builtin_corpus(tokens_needed, cfg.seed, world)
+            folder = builtin_corpus(tokens_needed, cfg.seed, world, tok)
         prose = _packed(TokenData(folder), seq_len, tok, model_cfg) if folder else None
         return CurriculumSource(curriculum, tok, seq_len, cfg.seed, prose), tok
-    data = TokenData(folder or builtin_corpus(tokens_needed, cfg.seed, world))
+    if folder is None:
+        tokenizer = tokenizer or _given_tokenizer(cfg)
+        folder = builtin_corpus(tokens_needed, cfg.seed, world, tokenizer)
+    data = TokenData(folder)
     man = data.manifest
     if tokenizer is None:
-        tokenizer = load_tokenizer(cfg.tokenizer or man.tokenizer)
+        tokenizer = open_tokenizer(cfg.tokenizer or man.tokenizer)
     seqs = _packed(data, seq_len, tokenizer, model_cfg)
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else man.eod_id
     desc = {"kind": "packed", "data": str(data.folder), "total_tokens": man.total_tokens, "items": len(seqs)}
@@ -158,7 +166,7 @@ def data_source(
 
 def _given_tokenizer(cfg: TrainConfig) -> ByteTokenizer | HFTokenizer:
     """``cfg.tokenizer`` loaded, or the byte tokenizer (for data that brings no tokenizer of its own)."""
-    return load_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer()
+    return open_tokenizer(cfg.tokenizer) if cfg.tokenizer else ByteTokenizer()
 
 
 def _packed(data: TokenData, seq_len: int, tokenizer: ByteTokenizer | HFTokenizer, model_cfg: ModelConfig):

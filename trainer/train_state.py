@@ -128,8 +128,8 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
 
     from headprobe.model.checkpoint import save_checkpoint
     from headprobe.model.config import ModelConfig
-    from headprobe.model.tokenizer import load_tokenizer
     from headprobe.model.transformer import Transformer
+    from headprobe.text.toy_tokenizer import open_tokenizer
 
     folder = Path(folder)
     state = read_state(folder)
@@ -143,4 +143,4 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
     model = Transformer(cfg)
     model.load_state_dict(weights)
     tok = state.get("tokenizer", "byte")
-    return save_checkpoint(model, out, None if tok == "byte" else load_tokenizer(tok))
+    return save_checkpoint(model, out, None if tok == "byte" else open_tokenizer(tok))

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from headprobe.model.config import AttentionConfig, ConfigError, ModelConfig
-from headprobe.model.tokenizer import ByteTokenizer
 
-BYTE_VOCAB_SIZE = ByteTokenizer.vocab_size  # 256 bytes + 8 special ids
+TOY_VOCAB_SIZE = 4096  # the toys' built-in BPE (tokenizer "toy": headprobe.text.toy_tokenizer)
 LARGE_VOCAB_SIZE = 65_536  # a 64K BPE vocabulary (fits uint16 token shards); override to match yours
 
 
@@ -31,9 +30,9 @@ _GRIDS = {
     "toy": _Grid(
         budget=128,
         full_rope_dim=8,
-        # 4 layers, sliding and full alternating (1:1, not the study's 3:1): deeper toys did not learn to
-        # retrieve on a CPU budget (docs/training.md)
-        base=dict(vocab_size=BYTE_VOCAB_SIZE, d_model=128, n_layers=4, full_every=2, d_ff=384, max_seq_len=4096),
+        # 4 layers, sliding and full alternating (1:1, not the study's 3:1), the built-in 4,096-token BPE:
+        # deeper or byte-level toys did not learn to retrieve on a CPU budget (docs/training.md)
+        base=dict(vocab_size=TOY_VOCAB_SIZE, d_model=128, n_layers=4, full_every=2, d_ff=384, max_seq_len=4096),
         swa=AttentionConfig(n_heads=4, qk_head_dim=32, v_head_dim=32, rope_dim=32, window=64),
     ),
     "0.6b": _Grid(
