@@ -35,3 +35,24 @@ def hf_models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("hf")
     return {a: build_toy_hf_model(a, root / a, layers=6 if a == "gemma3" else 4) for a in ARCHS}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--trained",
+        default=None,
+        help="a study's runs folder (RESULTS/runs): probe its trained toys (tests/test_toy_retrieval.py)",
+    )
+
+
+@pytest.fixture
+def trained_runs(request):
+    """The ``--trained`` runs folder; tests that need trained models are skipped without it."""
+    from pathlib import Path
+
+    folder = request.config.getoption("--trained")
+    if folder is None:
+        pytest.skip("needs trained toys: pytest tests/test_toy_retrieval.py --trained RESULTS/runs")
+    if not (Path(folder) / "manifest.json").is_file():
+        raise pytest.UsageError(f"--trained {folder}: no manifest.json there (give a study's runs folder)")
+    return Path(folder)

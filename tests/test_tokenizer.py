@@ -59,3 +59,35 @@ def test_bpe_offsets_cover_the_text_and_masks_follow_them(tmp_path):
     ids, mask = encode_spans(tok, text, [(start, len(text))])
     assert tok.decode([i for i, m in zip(ids, mask, strict=True) if m]) == " 4471"
     assert not any(mask[: len(tok.encode(text[:start]))])
+
+
+def test_toy_tokenizer_is_built_the_same_and_cached(tmp_path, monkeypatch):
+    from headprobe.model.presets import TOY_VOCAB_SIZE, preset
+    from headprobe.text.toy_tokenizer import build_toy_tokenizer, open_tokenizer, toy_tokenizer_path
+
+    monkeypatch.setenv("HEADPROBE_CACHE", str(tmp_path))
+    tok = open_tokenizer("toy")
+    assert tok.name == "toy" and tok.vocab_size == TOY_VOCAB_SIZE == preset("toy-d64").vocab_size
+    path = toy_tokenizer_path()
+    assert path.parent == tmp_path and tok.path == path
+    built = path.stat().st_mtime_ns
+    assert build_toy_tokenizer().to_str() == path.read_text()  # deterministic: a rebuild is the same file
+    open_tokenizer("toy")
+    assert path.stat().st_mtime_ns == built  # the cached file is reused
+    assert isinstance(open_tokenizer("byte"), ByteTokenizer)
+
+
+def test_toy_tokenizer_splits_digits_with_their_space_and_round_trips():
+    from headprobe.text.tasks import TaskMix
+    from headprobe.text.toy_tokenizer import open_tokenizer
+
+    tok = open_tokenizer("toy")
+    pieces = [tok.decode([i]) for i in tok.encode("The code for the red cup is 4471.")]
+    assert pieces[-5:] == [" 4", "4", "7", "1", "."]  # a value is one token per digit, the first with its space
+    assert " red" in pieces and " code" in pieces  # common words are single tokens
+    mix = TaskMix.parse("copy=1,recall=1,needle=1,magic=1,prose=1")
+    for i in range(20):
+        text = mix.example(123, i).text
+        ids = tok.encode(text)
+        assert tok.decode(ids) == text
+        assert len(ids) < len(text) / 2  # several characters per token (digits are one each)

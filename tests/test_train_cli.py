@@ -139,7 +139,10 @@ def test_study_command_trains_measures_and_reports_then_resumes(tmp_path):
     recipe = {
         "scale": "toy",
         "seeds": [0, 1],
-        "runs": {"pt": {"curriculum": "c.json", "tokenizer": "byte", "seq_len": 256, "batch_size": 1, "steps": 2}},
+        "runs": {
+            "pt": {"curriculum": "c.json", "tokenizer": "byte", "seq_len": 256, "batch_size": 1, "steps": 2},
+            "cpt": {"from": "pt", "curriculum": "c.json", "seq_len": 256, "batch_size": 1, "steps": 1},
+        },
         "study": {
             "probes": ["needle@40"],
             "probe_samples": 1,
@@ -150,12 +153,13 @@ def test_study_command_trains_measures_and_reports_then_resumes(tmp_path):
     }
     (tmp_path / "recipe.json").write_text(json.dumps(recipe))
     args = ["study", "--recipe", str(tmp_path / "recipe.json"), "--members", "d16", "--out", str(tmp_path / "out")]
-    res = invoke(*args, "--seeds", "1")
+    res = invoke(*args, "--seeds", "1", "--runs", "pt")
     assert res.exit_code == 0, res.output
     assert "Held-out needle retrieval" in res.output and f"results: {tmp_path / 'out'}" in res.output
     manifest = json.loads((tmp_path / "out" / "runs" / "manifest.json").read_text())
-    assert [(r["member"], r["seed"], r["run"]) for r in manifest["runs"]] == [("toy-d16", 1, "pt")]  # --seeds won
-    again = invoke(*args, "--seeds", "1")
+    # --seeds and --runs won: no cpt
+    assert [(r["member"], r["seed"], r["run"]) for r in manifest["runs"]] == [("toy-d16", 1, "pt")]
+    again = invoke(*args, "--seeds", "1", "--runs", "pt")
     assert again.exit_code == 0 and "finished earlier, skipping" in again.output
     missing = invoke("study", "--recipe", str(tmp_path / "none.json"))
     assert missing.exit_code == 2 and "does not exist" in missing.output

@@ -23,6 +23,7 @@ def run(
     device: str = "cpu",
     progress: bool = True,
     jobs: int = 1,
+    runs: str | None = None,
 ) -> None:
     """Train the recipe's grid, measure every run, print the comparisons (shared by study and demo)."""
     from headprobe.cli.train import trainer_plugin
@@ -37,6 +38,7 @@ def run(
     except (*plugin.errors, StudyError) as err:
         raise fail(err, ctx) from None
     chosen = words(members) if members else None
+    run_list = words(runs) if runs else None
     seed_list = ints(seeds) if seeds else None
     with progress_bar("study", ctx, enabled=progress and sys.stderr.isatty(), info=True) as bar:
 
@@ -46,7 +48,7 @@ def run(
 
         def train_grid(runs: Path) -> dict:
             return plugin.grid(
-                recipe, str(runs), chosen, None, seed_list, profile, None, log=log, on_step=bar.report, jobs=jobs
+                recipe, str(runs), chosen, run_list, seed_list, profile, None, log=log, on_step=bar.report, jobs=jobs
             )
 
         record = {"recipe": info["source"], "profile": profile, "seeds": seed_list or list(info["seeds"])}
@@ -80,6 +82,9 @@ def study(
     profile: Annotated[str | None, typer.Option(help="a profile of the recipe (e.g. demo)")] = None,
     seeds: Annotated[str | None, typer.Option(help="comma list, e.g. 0,1,2 (default: the recipe's)")] = None,
     members: Annotated[str | None, typer.Option(help="comma list, e.g. d16,k64v16 (default: all)")] = None,
+    runs: Annotated[
+        str | None, typer.Option(help="comma list of the recipe's runs to train and measure, e.g. pt (default: all)")
+    ] = None,
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/study"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     jobs: Annotated[int, typer.Option(help="member x seed chains trained at once, one process each (CPU)")] = 1,
@@ -87,7 +92,7 @@ def study(
 ) -> None:
     """The study end to end: train the grid (pt -> cpt, cpt with attention frozen -> sft), probe retrieval,
     analyze, evaluate, and compare the members; rerun to resume."""
-    run(ctx, recipe, profile, out, seeds, members, device, progress, jobs)
+    run(ctx, recipe, profile, out, seeds, members, device, progress, jobs, runs)
 
 
 def demo(

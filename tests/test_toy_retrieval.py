@@ -1,0 +1,115 @@
+"""Do the trained toys retrieve? A needle probe written here, apart from the training generators.
+
+The trials are built from other text than training saw: haystack sentences of the built-in corpus under
+a seed no run uses, three facts whose keys are held-out nouns (one asked for, two distractors) and
+distances counted in tokens, beyond every sliding window (64 tokens) and beyond what pt trained
+(1,200 characters, about 360 tokens). A trial is a hit when greedy decoding gives the asked value's
+tokens exactly.
+
+The probe itself is checked here on every run (an oracle that looks the answer up scores 1, one that
+gives a distractor's value scores 0). The trained models are probed with
+``pytest tests/test_toy_retrieval.py --trained RUNS`` (a study's ``runs`` folder); without it that test
+is skipped, and it is not part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.text.haystack import haystack_sentences
+from headprobe.text.tasks import Split, keys
+
+HAYSTACK_SEED = 424_242  # no training run draws the corpus with this seed
+ADJECTIVES = ("blue", "quiet", "old", "bright", "narrow", "silver")
+
+
+def trial(tokenizer, index: int, distance: int) -> tuple[list[int], list[int], str]:
+    """``(prompt ids, answer ids, distractor value)``: three facts, then about ``distance`` tokens of
+    haystack between the asked fact and the question."""
+    rng = random.Random(f"toy-retrieval-{index}")
+    nouns = rng.sample(keys(Split.HELDOUT), 3)
+    facts = [(f"{rng.choice(ADJECTIVES)} {n}", str(rng.randrange(1000, 10000))) for n in nouns]
+    asked = rng.randrange(3)
+    sentences = haystack_sentences(HAYSTACK_SEED + index)
+    text = " ".join(next(sentences) for _ in range(3))
+    for i, (key, value) in enumerate(facts):
+        text += f" The code for the {key} is {value}."
+        if i == asked:  # the distance starts here; the other facts may fall inside it
+            start = len(tokenizer.encode(text))
+        text += " " + next(sentences)
+    while len(tokenizer.encode(text)) - start < distance:
+        text += " " + next(sentences)
+    key, value = facts[asked]
+    text += f" Question: What is the code for the {key}? Answer: The code for the {key} is"
+    ids = tokenizer.encode(text)
+    answer = tokenizer.encode(text + f" {value}.")[len(ids) :][:-1]  # the value's tokens, as the model reads them
+    assert tokenizer.encode(text + f" {value}.")[: len(ids)] == ids
+    return [tokenizer.eos_id, *ids], answer, facts[(asked + 1) % 3][1]
+
+
+def hit_rate(answer_fn, tokenizer, distance: int, trials: int = 32) -> float:
+    """The share of trials where ``answer_fn(prompt_ids, n_tokens)`` gives the answer's ids exactly."""
+    hits = 0
+    for i in range(trials):
+        prompt, answer, _ = trial(tokenizer, i, distance)
+        hits += answer_fn(prompt, len(answer)) == answer
+    return hits / trials
+
+
+def _lookup(tokenizer, distractor: bool):
+    """A reference 'model' that reads the facts out of the prompt text (or, with ``distractor``, answers
+    another fact's value)."""
+
+    def answer(prompt: list[int], n: int) -> list[int]:
+        text = tokenizer.decode(prompt[1:])
+        key = re.findall(r"The code for the (\w+ \w+) is$", text)[0]
+        facts = dict(re.findall(r"The code for the (\w+ \w+) is (\d+)\.", text))
+        value = facts[key] if not distractor else next(v for k, v in facts.items() if k != key)
+        return tokenizer.encode(text + f" {value}.")[len(prompt) - 1 :][:n]
+
+    return answer
+
+
+@pytest.mark.parametrize("tokenizer", [ByteTokenizer(), "toy"], ids=["byte", "toy-bpe"])
+def test_the_probe_scores_an_oracle_one_and_a_distractor_zero(tokenizer):
+    from headprobe.text.toy_tokenizer import open_tokenizer
+
+    tok = open_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+    for distance in (100, 600):
+        assert hit_rate(_lookup(tok, distractor=False), tok, distance, trials=8) == 1.0
+        assert hit_rate(_lookup(tok, distractor=True), tok, distance, trials=8) == 0.0
+        prompt, answer, _ = trial(tok, 0, distance)
+        asked_at = max(i for i in range(len(prompt)) if prompt[i : i + len(answer)] == answer)
+        assert len(prompt) - asked_at >= distance  # the answer lies at least `distance` tokens back
+    assert len(answer) >= 4 and isinstance(tok, (ByteTokenizer, HFTokenizer))
+
+
+def _members(runs: Path, run: str) -> list[Path]:
+    manifest = json.loads((runs / "manifest.json").read_text())
+    return [Path(r["checkpoint"]) for r in manifest["runs"] if r["run"] == run]
+
+
+def test_a_trained_toy_retrieves_beyond_every_window(trained_runs):
+    """At least one member answers most trials 300 and 600 tokens away (beyond the window and beyond the
+    trained distances), with a pt checkpoint of the study's grid."""
+    from headprobe.model.checkpoint import load_checkpoint
+
+    rates = {}
+    for ckpt in _members(trained_runs, "pt"):
+        model, tok = load_checkpoint(ckpt, dtype=torch.float32)
+        model.eval()
+
+        def answer(prompt, n, model=model):
+            return model.generate(torch.tensor([prompt]), n)[0].tolist()
+
+        rates[ckpt] = {d: hit_rate(answer, tok, d) for d in (300, 600)}
+        print(ckpt, rates[ckpt])
+    best = max(rates.values(), key=lambda r: r[300])
+    assert best[300] > 0.5 and best[600] > 0.5, rates
