@@ -8,9 +8,8 @@ excluded, not counted as zeros.
 
 from __future__ import annotations
 
+import functools
 import math
-import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,13 +58,18 @@ class RetrievalScores:
     samples: pd.DataFrame
 
 
+@functools.cache
+def _rouge1():
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+
+
 def rouge1_recall(reference: str, prediction: str) -> float:
-    """ROUGE-1 recall: clipped unigram overlap over reference unigrams (lower-case alphanumeric
-    tokens, no stemming)."""
-    ref = Counter(re.findall(r"[a-z0-9]+", reference.lower()))
-    pred = Counter(re.findall(r"[a-z0-9]+", prediction.lower()))
-    total = sum(ref.values())
-    return sum(min(c, pred[w]) for w, c in ref.items()) / total if total else 0.0
+    """ROUGE-1 recall of ``prediction`` against ``reference`` as Wu et al. compute it: the
+    ``rouge-score`` package, Porter stemming (``RougeScorer(["rouge1"], use_stemmer=True)``): clipped
+    overlap of lower-cased alphanumeric tokens over the reference's tokens."""
+    return float(_rouge1().score(reference, prediction)["rouge1"].recall)
 
 
 def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50) -> tuple[np.ndarray, dict]:
