@@ -7,6 +7,7 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from reference import dense_entropy_per_head, dense_probs, entropy_of
@@ -280,6 +281,15 @@ def test_retrieval_score_of_a_head_that_provably_copies():
     heads = retrieval_heads(frame).set_index("layer_type")
     assert heads.loc["all", "retrieval_heads"] == 1 and heads.loc["full", "fraction"] == 0.5
     assert heads.loc["sliding", "retrieval_heads"] == 0
+
+
+def test_retrieval_threshold_convention():
+    frame = pd.DataFrame({"layer_type": ["full", "full", "sliding"], "value": [0.1, 0.35, 0.0999]})
+    inclusive = retrieval_heads(frame).set_index("layer_type")  # >= 0.1: the study's definition
+    assert inclusive.loc["all", "retrieval_heads"] == 2 and inclusive.loc["full", "fraction"] == 1.0
+    strict = retrieval_heads(frame, strict=True).set_index("layer_type")  # > 0.1: Wu et al.'s wording
+    assert strict.loc["all", "retrieval_heads"] == 1 and strict.loc["full", "fraction"] == 0.5
+    assert retrieval_heads(frame, threshold=0.3).set_index("layer_type").loc["all", "retrieval_heads"] == 1
 
 
 def test_failed_samples_are_excluded_not_counted_as_zero():

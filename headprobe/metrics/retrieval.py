@@ -160,11 +160,18 @@ def retrieval_scores(
     return score_prompts(model, prompts, max_new_tokens, progress)
 
 
-def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1) -> pd.DataFrame:
-    """Heads with score >= ``threshold``: counts and fractions per layer type and overall."""
+def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1, strict: bool = False) -> pd.DataFrame:
+    """Heads with score >= ``threshold`` (``strict``: > ``threshold``): counts and fractions per layer
+    type and overall.
+
+    The convention: the study's definition (docs/metrics.md) counts scores of at least 0.1; Wu et al.'s
+    paper words it as "larger than 0.1" (``strict=True``). They differ only for a head scoring exactly
+    0.1, e.g. one copying every token of a 10-token answer in one kept sample out of ten.
+    """
     rows = []
     for kind, part in [("all", scores), *scores.groupby("layer_type")]:
-        hits = int((part["value"] >= threshold).sum())
+        passed = part["value"] > threshold if strict else part["value"] >= threshold
+        hits = int(passed.sum())
         rows.append(
             {
                 "layer_type": kind,
@@ -172,6 +179,7 @@ def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1) -> pd.DataFram
                 "heads": len(part),
                 "fraction": hits / len(part) if len(part) else math.nan,
                 "threshold": threshold,
+                "strict": strict,
             }
         )
     return pd.DataFrame.from_records(rows)
