@@ -150,6 +150,11 @@ def test_every_answer_is_in_the_input(samples, tok_name):
                     if src in values:
                         values[dst] = values[src]
             assert sorted(s["outputs"]) == sorted(k for k, v in values.items() if v == value) and len(body) > 1
+            # RULER's example: 3-letter names after the prefix and one more space, then a blank line
+            # ("they are:  YXQ RDX NRI SOE RJT\n\nMemorize"); the task's own names have 5 letters
+            names = r"[A-Z]{3}(?: [A-Z]{3}){" + str(task.num_hops) + "}"  # num_hops + 1 names
+            assert re.search(r"they are:  " + names + r"\n\nMemorize and track", text)
+            assert all(len(name) == 5 for name in s["outputs"])
         elif task.family == "cwe":
             main = text[text.rindex("Below is a numbered list") :]
             counts = Counter(re.findall(r"\d+\. (\S+)", main))
@@ -163,6 +168,8 @@ def test_every_answer_is_in_the_input(samples, tok_name):
         else:  # qa: every answer sits in a document
             docs = text.split("The following are given documents.\n\n", 1)[1]
             assert any(a in docs for a in s["outputs"])
+            numbers = [int(x) for x in re.findall(r"^Document (\d+):$", docs, flags=re.M)]
+            assert numbers == list(range(1, len(numbers) + 1))  # numbered from 1, as RULER (i + 1)
 
 
 def test_determinism_and_diversity(bpe):
@@ -267,7 +274,8 @@ def test_squad_and_hotpotqa_loaders(tmp_path):
     assert hotpot.document(hotpot.questions[0].gold[0]) == "Painter\nThe painter was born in Bergen."
     gen = RulerGenerator(ByteTokenizer(), qa_files={"squad": _squad(tmp_path)})
     s = gen.sample("qa_1", 700, 0)
-    assert "Document 0:" in s["input"] and "The Oulu river flows north into the bay." in s["input"]
+    assert "Document 1:" in s["input"] and "Document 0:" not in s["input"]
+    assert "The Oulu river flows north into the bay." in s["input"]
     assert s["outputs"] == ["north into the bay", "north"] and s["source"].startswith("squad:")
 
 

@@ -348,15 +348,17 @@ class RulerGenerator:
 
     def _vt(self, task: Task, rng: random.Random, budget: int, length: int, index: int):
         num_v = task.num_hops + 1
-        # the in-context example: a small sample (about 500 tokens) with its own names and value
-        ex_names, ex_value, ex_chain, ex_slots = self._vt_parts(task, rng, 5)
+        # the in-context example, as RULER builds it: a small sample (about 500 tokens) with 3-letter
+        # names, its answer after the prefix and one more space, a newline, then a blank line
+        ex_names, ex_value, ex_chain, ex_slots = self._vt_parts(task, rng, 3)
         ex_unit = self.counter.one(T.NOISE_SENTENCE + "\n")
         ex_n = max(1, (500 - self.counter.one(T.VT_TEMPLATE + T.VT_PREFIX) - 60) // ex_unit)
         example = (
             T.VT_TEMPLATE.format(context=self._vt_text(ex_chain, ex_slots, ex_n), query=ex_value)
             + T.VT_PREFIX.format(num_v=num_v, query=ex_value)
+            + " "
             + " ".join(ex_names)
-            + "\n"
+            + "\n\n"
         )
         names, value, chain, slots = self._vt_parts(task, rng, 5)
         head, tail = T.VT_TEMPLATE.format(context="\x00", query=value).split("\x00")
@@ -496,13 +498,13 @@ class RulerGenerator:
             return self.counter.many([qa.document(j) for j in ids])
 
         def predict(n: int) -> int:
-            labels = self.counter.many([f"Document {i}:\n" for i in range(n)]).sum() + 2 * max(0, n - 1)
+            labels = self.counter.many([f"Document {i + 1}:\n" for i in range(n)]).sum() + 2 * max(0, n - 1)
             return fixed + int(doc_counts(n).sum()) + int(labels)
 
         def render(n: int):
             ids = docs_for(n)
             random.Random(shuffle_seed).shuffle(ids)
-            context = "\n\n".join(f"Document {i}:\n{qa.document(j)}" for i, j in enumerate(ids))
+            context = "\n\n".join(f"Document {i + 1}:\n{qa.document(j)}" for i, j in enumerate(ids))  # as RULER
             return head + context + tail, T.QA_PREFIX, list(question.answers)
 
         n_min = len(gold)
