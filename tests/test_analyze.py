@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -11,6 +12,7 @@ from reference import dense_entropy_per_head
 from typer.testing import CliRunner
 
 import headprobe.analysis.items as items_mod
+import headprobe.metrics.registry as metrics_mod
 from headprobe.analysis import AnalyzeSettings, analyze, statistic
 from headprobe.cli import app
 from headprobe.metrics import Rows
@@ -98,6 +100,11 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
         analyze([ours], tmp_path, settings(metrics=["entropy"], rows="last:8"))
     with pytest.raises(AssertionError, match="redone"):  # another dtype gives other numbers: recomputed
         analyze([ours], tmp_path, settings(metrics=["entropy"], dtype="float64"))
+    # a metric whose definition changed (a new revision) is recomputed, not read back
+    revised = dataclasses.replace(metrics_mod.METRICS["entropy"], revision=99)
+    monkeypatch.setitem(metrics_mod.METRICS, "entropy", revised)
+    with pytest.raises(AssertionError, match="redone"):
+        analyze([ours], tmp_path, settings(metrics=["entropy"]))
 
 
 def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch):

@@ -143,8 +143,8 @@ def test_residual_effective_rank_pools_positions_like_a_direct_computation():
     for _, row in frame.iterrows():
         name = "hook_embed" if row["layer"] < 0 else f"blocks.{row['layer']}.hook_resid_post"
         x = cache[name].reshape(-1, 32).double().numpy()
-        assert row["value"] == pytest.approx(numpy_erank(x, True), rel=1e-6)
-        assert row["uncentered"] == pytest.approx(numpy_erank(x, False), rel=1e-6)
+        assert row["value"] == pytest.approx(numpy_erank(x, False), rel=1e-6)  # Roy & Vetterli: no centring
+        assert row["centered"] == pytest.approx(numpy_erank(x, True), rel=1e-6)
         assert row["tokens"] == 50
 
 

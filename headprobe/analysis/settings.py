@@ -95,6 +95,7 @@ class AnalyzeSettings:
         values = self.to_dict()
         return resume_key(
             metric=metric.name,
+            revision=metric.revision,
             length=length,
             checkpoint=str(checkpoint.resolve()),
             prompt_start=prompt_start,

@@ -10,7 +10,7 @@ entropy        ``mean`` (nats) and ``norm_mean`` over heads and samples, per lay
 reordering     ``mean`` per layer type and ``all``
 retrieval      ``retrieval_heads`` (score >= threshold), ``heads``, ``fraction`` per layer type and ``all``;
                ``n_kept``, ``n_samples``, ``mean_score`` (``all``)
-erank          ``erank`` and ``erank_uncentered`` per layer (``layer_type`` of that layer)
+erank          ``erank`` (uncentred) and ``erank_centered`` per layer (``layer_type`` of that layer)
 =============  =========================================================================================
 """
 

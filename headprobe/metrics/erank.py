@@ -18,8 +18,8 @@ ERANK = Schema(
         Column("layer", "int", "-1 = the embedding output, else the block whose output it is"),
         Column("site", "str", "embed or block_out"),
         Column("layer_type", "str", "sliding, full, or embedding"),
-        Column("value", "float", "effective rank of the centred residual stream"),
-        Column("uncentered", "float", "effective rank without centring"),
+        Column("value", "float", "effective rank of the residual stream (Roy & Vetterli: no centring)"),
+        Column("centered", "float", "effective rank after subtracting the mean position"),
         Column("tokens", "int", "positions pooled"),
     ),
 )
@@ -90,8 +90,8 @@ class ErankCollector:
                 "layer": layer,
                 "site": "embed" if layer < 0 else "block_out",
                 "layer_type": self.types.get(layer, "embedding"),
-                "value": acc.erank(center=True),
-                "uncentered": acc.erank(center=False),
+                "value": acc.erank(center=False),
+                "centered": acc.erank(center=True),
                 "tokens": acc.n,
             }
             for layer, acc in sorted(self.grams.items())
@@ -101,7 +101,7 @@ class ErankCollector:
 def residual_effective_rank(model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
     """Effective rank of the residual stream after the embedding (``layer = -1``, ``site = "embed"``)
     and after every block (``site = "block_out"``), pooling the analysed positions of all inputs.
-    ``value`` is centred, ``uncentered`` is not."""
+    ``value`` is Roy & Vetterli's effective rank (no centring), ``centered`` that of the centred stream."""
     c = ErankCollector(model.layers)
     run_pass(model, input_ids, [c], rows)
     return c.frame()

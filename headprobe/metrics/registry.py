@@ -50,6 +50,8 @@ class PassMetric:
         headline: one line from its summary rows at one length.
         min_topk: the smallest ``topk`` setting it accepts.
         description: one line for help texts.
+        revision: the definition's revision, part of the resume key: raised when the numbers a
+            metric gives change, so results made before are computed again, not reused.
     """
 
     name: str
@@ -61,6 +63,7 @@ class PassMetric:
     headline: Callable[[pd.DataFrame], str]
     min_topk: int = 0
     description: str = ""
+    revision: int = 1
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class DecodeMetric:
     """A metric of greedy decoding of needle prompts.
 
     Attributes:
-        name, tables, settings, summary, headline, description: as for :class:`PassMetric`.
+        name, tables, settings, summary, headline, description, revision: as for :class:`PassMetric`.
         compute: ``(model, prompts, max_new_tokens) -> RetrievalScores`` (the head table, the sample table).
     """
 
@@ -79,6 +82,7 @@ class DecodeMetric:
     summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
     headline: Callable[[pd.DataFrame], str]
     description: str = ""
+    revision: int = 1
 
 
 Metric = PassMetric | DecodeMetric
@@ -94,6 +98,7 @@ METRICS: dict[str, Metric] = {
             retrieval_rows,
             retrieval_headline,
             "Wu et al.'s retrieval score per head, from needle prompts",
+            revision=2,  # 2: prompts tokenised whole, ROUGE with stemming
         ),
         PassMetric(
             "entropy",
@@ -125,6 +130,7 @@ METRICS: dict[str, Metric] = {
             summary=erank_rows,
             headline=erank_headline,
             description="effective rank of the residual stream per layer",
+            revision=2,  # 2: value is Roy & Vetterli's (uncentred), the centred one a column
         ),
     )
 }

@@ -46,10 +46,10 @@ def retrieval_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
 
 
 def erank_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
-    """Per length and residual site: the centred and uncentred effective rank."""
+    """Per length and residual site: the effective rank (uncentred, Roy & Vetterli's) and the centred one."""
     for r in frame.itertuples():
         yield int(r.length), r.layer_type, int(r.layer), "erank", float(r.value)
-        yield int(r.length), r.layer_type, int(r.layer), "erank_uncentered", float(r.uncentered)
+        yield int(r.length), r.layer_type, int(r.layer), "erank_centered", float(r.centered)
 
 
 def mean_headline(part: pd.DataFrame) -> str:
