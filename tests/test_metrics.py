@@ -58,10 +58,29 @@ def test_effective_rank_hand_worked():
     assert effective_rank(x, center=False) == pytest.approx(math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))))
 
 
-def brute_kendall(order: list[int]) -> float:
-    """Fraction of pairs whose attention order (list order) disagrees with recency (newer first)."""
-    pairs = list(itertools.combinations(range(len(order)), 2))
-    return sum(order[a] < order[b] for a, b in pairs) / len(pairs)
+def brute_kendall(keys: list[tuple[int, float]]) -> float:
+    """Probability-weighted Kendall distance by enumeration: every pair of ``(position, probability)``
+    weighs p_a * p_b and disagrees when the more probable key is the older; equal probabilities: half."""
+    num = den = 0.0
+    for (ja, pa), (jb, pb) in itertools.combinations(keys, 2):
+        w = pa * pb
+        if pa == pb:
+            d = 0.5
+        else:
+            likelier, other = (ja, jb) if pa > pb else (jb, ja)
+            d = 1.0 if likelier < other else 0.0
+        num, den = num + w * d, den + w
+    return num / den
+
+
+def _rows(rows: list[list[tuple[int, float]]], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = torch.full((len(rows), k), -1, dtype=torch.long)
+    prob = torch.zeros(len(rows), k, dtype=torch.float64)
+    for r, keys in enumerate(rows):
+        keys = sorted(keys, key=lambda kp: -kp[1])  # as the streaming top-k gives them
+        idx[r, : len(keys)] = torch.tensor([j for j, _ in keys])
+        prob[r, : len(keys)] = torch.tensor([p for _, p in keys], dtype=torch.float64)
+    return idx, prob
 
 
 def test_kendall_reordering_against_brute_force():
@@ -69,15 +88,31 @@ def test_kendall_reordering_against_brute_force():
     rows = []
     for n in (2, 3, 5, 8):
         for _ in range(20):
-            rows.append((list(rng.choice(100, size=n, replace=False)), n))
-    k = 8
-    idx = torch.full((len(rows), k), -1, dtype=torch.long)
-    for r, (order, n) in enumerate(rows):
-        idx[r, :n] = torch.tensor(order)
-    got = kendall_reordering(idx)
-    for r, (order, _) in enumerate(rows):
-        assert got[r].item() == pytest.approx(brute_kendall(order))
-    assert math.isnan(kendall_reordering(torch.tensor([[4, -1, -1]]))[0].item())
+            pos = rng.choice(100, size=n, replace=False)
+            p = rng.dirichlet(np.ones(n))
+            if n > 2 and rng.random() < 0.3:
+                p[1] = p[0]  # some exact ties
+            rows.append([(int(j), float(q)) for j, q in zip(pos, p, strict=True)])
+    got = kendall_reordering(*_rows(rows, 8))
+    for r, keys in enumerate(rows):
+        assert got[r].item() == pytest.approx(brute_kendall(keys))
+    assert math.isnan(kendall_reordering(torch.tensor([[4, -1, -1]]), torch.tensor([[1.0, 0, 0]]))[0].item())
+
+
+def test_kendall_reordering_worked_examples():
+    # docs/metrics.md: query at 9; p(9) = 0.5, p(7) = 0.3, p(8) = 0.2. Pairs (9,7) w .15 and (9,8) w .10
+    # agree with recency, (7,8) w .06 disagrees (7 is likelier and older): 0.06 / 0.31
+    got = kendall_reordering(*_rows([[(9, 0.5), (7, 0.3), (8, 0.2)]], 3))
+    assert got[0].item() == pytest.approx(0.06 / 0.31)
+    # a uniform row is exactly 0.5 (the unweighted count gave 0.553 from how ties fell in the top-k)
+    assert kendall_reordering(*_rows([[(j, 1 / 16) for j in range(16)]], 16))[0].item() == 0.5
+    # a near-perfect previous-token head, query at 20: p(19) = 0.97, the other 15 keys 0.002 each.
+    # By hand: the only disagreeing pair with the top key is (19, 20), weight 0.97e; 14 agree; the 105
+    # pairs of small keys tie (half each, weight e^2): (0.97 + 52.5e) / (15 * 0.97 + 105e) = 0.0728
+    e = 0.002
+    prev = [(19, 0.97)] + [(j, e) for j in (20, *range(5, 19))]
+    want = (0.97 + 52.5 * e) / (15 * 0.97 + 105 * e)
+    assert kendall_reordering(*_rows([prev], 16))[0].item() == pytest.approx(want) and want < 0.08
 
 
 def test_reordering_extremes_from_attention():
@@ -86,8 +121,10 @@ def test_reordering_extremes_from_attention():
     q = torch.ones(1, 1, 40, 1)
     for sign, want in ((1.0, 0.0), (-1.0, 1.0)):
         st = attention_stats(q, sign * pos, topk=6)
-        got = kendall_reordering(st.topk_idx)[0, 0, 1:]  # row 0 has a single key
-        assert torch.allclose(got, torch.full_like(got, want))
+        got = kendall_reordering(st.topk_idx, st.topk_prob)[0, 0, 1:]  # row 0 has a single key
+        assert torch.allclose(got, torch.full_like(got, want, dtype=got.dtype))
+    flat = attention_stats(q, torch.zeros(1, 1, 40, 1), topk=6)  # every key equally likely: 0.5
+    assert torch.allclose(kendall_reordering(flat.topk_idx, flat.topk_prob)[0, 0, 1:], torch.tensor(0.5).double())
 
 
 def test_attention_entropy_matches_dense_probabilities():

@@ -33,27 +33,37 @@ ENTROPY = Schema(
 )
 REORDERING = Schema(
     "reordering",
-    (*HEAD_COLUMNS, Column("value", "float", "mean normalised Kendall distance, top-k order vs recency")),
+    (*HEAD_COLUMNS, Column("value", "float", "mean probability-weighted Kendall distance, top-k order vs recency")),
 )
 
 
-def kendall_reordering(topk_idx: Tensor) -> Tensor:
-    """Normalised Kendall distance between attention order and recency order, per row.
+def kendall_reordering(topk_idx: Tensor, topk_prob: Tensor, chunk: int = 65536) -> Tensor:
+    """Probability-weighted normalised Kendall distance between attention order and recency, per row.
 
-    ``topk_idx [..., k]`` holds key positions sorted by attention probability (largest first), ``-1``
-    for missing entries. A pair ranked ``a`` before ``b`` by attention disagrees with recency when ``a``
-    is older (smaller position) than ``b``. Returns the fraction of disagreeing pairs (NaN for rows
-    with fewer than two keys).
+    ``topk_idx [..., k]`` holds key positions, ``topk_prob [..., k]`` their probabilities (``-1`` and
+    ``0`` for missing entries). Each pair of keys ``(a, b)`` weighs ``p_a * p_b`` and disagrees with
+    recency when the more probable key is the older one; a pair of equal probabilities counts half.
+    The row's value is the weighted share of disagreeing pairs: 0 = attention falls off with recency,
+    0.5 = unrelated (a uniform row is exactly 0.5), 1 = reversed. Keys with almost no attention weigh
+    almost nothing, so their arbitrary order cannot swamp the keys that matter. NaN for rows with fewer
+    than two keys. Rows are taken ``chunk`` at a time (``[chunk, k, k]`` pairs in memory).
     """
-    valid = topk_idx >= 0
-    n = valid.sum(-1)
-    older = topk_idx[..., :, None] < topk_idx[..., None, :]  # [..., a, b]: a is older than b
-    k = topk_idx.shape[-1]
-    later = torch.triu(torch.ones(k, k, dtype=torch.bool, device=topk_idx.device), diagonal=1)  # b after a
-    both = valid[..., :, None] & valid[..., None, :]
-    discordant = (older & later & both).sum((-1, -2)).double()
-    pairs = (n * (n - 1) / 2).double()
-    return torch.where(n >= 2, discordant / pairs.clamp(min=1), torch.full_like(pairs, math.nan))
+    shape, k = topk_idx.shape[:-1], topk_idx.shape[-1]
+    idx, prob = topk_idx.reshape(-1, k), topk_prob.reshape(-1, k).double()
+    out = torch.empty(idx.shape[0], dtype=torch.float64, device=idx.device)
+    upper = torch.triu(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=1)  # each pair once
+    for lo in range(0, idx.shape[0], chunk):
+        i, p = idx[lo : lo + chunk], prob[lo : lo + chunk]
+        valid = i >= 0
+        pairs = upper & valid[:, :, None] & valid[:, None, :]
+        pa, pb = p[:, :, None], p[:, None, :]
+        older = i[:, :, None] < i[:, None, :]  # a is older than b
+        disagree = torch.where(pa == pb, 0.5, ((pa > pb) & older) | ((pa < pb) & ~older)).double()
+        weight = torch.where(pairs, pa * pb, torch.zeros_like(pa))
+        total = weight.sum((-1, -2))
+        score = (weight * disagree).sum((-1, -2)) / total.clamp(min=1e-300)
+        out[lo : lo + chunk] = torch.where((valid.sum(-1) >= 2) & (total > 0), score, math.nan)
+    return out.reshape(shape)
 
 
 class EntropyCollector:
@@ -78,7 +88,7 @@ class EntropyCollector:
 
 
 class ReorderingCollector:
-    """Mean normalised Kendall distance between each row's top-``k`` attention order and recency."""
+    """Mean probability-weighted Kendall distance between each row's top-``k`` attention order and recency."""
 
     heads, residual = True, False
 
@@ -88,7 +98,8 @@ class ReorderingCollector:
         self.layers, self.topk, self.acc = layers, k, HeadAccumulator()
 
     def attention(self, layer: int, stats: AttentionStats) -> None:
-        self.acc.add(layer, "reordering", kendall_reordering(stats.topk_idx[..., : self.topk]))
+        k = self.topk
+        self.acc.add(layer, "reordering", kendall_reordering(stats.topk_idx[..., :k], stats.topk_prob[..., :k]))
 
     def residual_stream(self, layer: int, x: Tensor) -> None:
         raise AssertionError("token reordering needs no residual stream")
@@ -106,8 +117,8 @@ def attention_entropy(model: ProbedModel, input_ids: Tensor, rows: Tensor | None
 
 
 def token_reordering(model: ProbedModel, input_ids: Tensor, k: int = 16, rows: Tensor | None = None) -> pd.DataFrame:
-    """Mean normalised Kendall distance between each row's top-``k`` attention order and recency order
-    (0 = follows recency, 0.5 = unrelated, 1 = reversed)."""
+    """Mean probability-weighted Kendall distance between each row's top-``k`` attention order and
+    recency order (0 = follows recency, 0.5 = unrelated, 1 = reversed; :func:`kendall_reordering`)."""
     c = ReorderingCollector(model.layers, k)
     run_pass(model, input_ids, [c], rows)
     return c.frame()

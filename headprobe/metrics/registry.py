@@ -119,7 +119,8 @@ METRICS: dict[str, Metric] = {
             summary=mean_rows,
             headline=mean_headline,
             min_topk=2,
-            description="token reordering per head: Kendall distance of top-k attention order vs recency",
+            description="token reordering per head: weighted Kendall distance of top-k attention order vs recency",
+            revision=2,  # 2: pairs weighted by their probabilities, ties half
         ),
         PassMetric(
             "erank",
