@@ -12,7 +12,7 @@ def test_the_readme_example(tmp_path):
 
     net = hp.model.Transformer(hp.model.preset("toy-k64v16"))  # full-attention heads: 2 x (qk 64, v 16)
     logits, cache = net.run_with_cache(torch.randint(0, 256, (1, 128)))
-    assert logits.shape == (1, 128, 264)
+    assert logits.shape == (1, 128, 4096)  # the toy presets read the 4,096-id toy BPE
     assert cache["blocks.3.attn.hook_rot_q"].shape == (1, 128, 2, 64)  # [batch, pos, heads, qk_dim] after RoPE
     assert cache["blocks.3.attn.hook_z"].shape == (1, 128, 2, 16)  # [batch, pos, heads, v_dim]
     new_tokens = net.generate(torch.randint(0, 256, (1, 32)), max_new_tokens=16)
