@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from headprobe.model.config import ModelConfig
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.text.toy_tokenizer import open_tokenizer
+from headprobe.text.toy_tokenizer import cache_dir, open_tokenizer
 from trainer.config import Freeze, Stage, TrainConfig, TrainError
 from trainer.curriculum import Curriculum, CurriculumSource
 from trainer.data import Batch, DataError, PackedSequences, Sampler, TokenData, collate, synth
@@ -69,10 +68,6 @@ def apply_freeze(model: Transformer, freeze: Freeze | None) -> list[str]:
     return frozen
 
 
-def _cache_root() -> Path:
-    return Path(os.environ.get("HEADPROBE_CACHE", Path.home() / ".cache" / "headprobe"))
-
-
 def builtin_corpus(tokens_needed: int, seed: int, world: World, tokenizer: ByteTokenizer | HFTokenizer) -> Path:
     """The built-in corpus in ``tokenizer``'s ids, generated once per size bucket into the cache folder."""
     bucket = max(1 << 21, 1 << math.ceil(math.log2(max(tokens_needed, 1))))  # >= 2M tokens, power of two
@@ -80,7 +75,7 @@ def builtin_corpus(tokens_needed: int, seed: int, world: World, tokenizer: ByteT
         tag = "byte"
     else:
         tag = "bpe-" + hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()[:12]
-    folder = _cache_root() / "corpus" / f"{tag}-seed{seed}-{bucket}"
+    folder = cache_dir() / "corpus" / f"{tag}-seed{seed}-{bucket}"
     if world.is_main and not (folder / "manifest.json").is_file():
         synth(bucket, folder, tokenizer, seed=seed)
     if world.distributed:

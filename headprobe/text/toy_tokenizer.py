@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from headprobe.model.atomic import atomic_write_text
 from headprobe.model.presets import TOY_VOCAB_SIZE
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
@@ -29,7 +30,8 @@ _WORDLIST_REPEATS = 5  # every listed word this often, so each noun's pieces are
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HEADPROBE_CACHE") or Path.home() / ".cache" / "headprobe")
+    """headprobe's cache folder: ``$HEADPROBE_CACHE``, default ``~/.cache/headprobe`` (the trainer's too)."""
+    return Path(os.environ.get("HEADPROBE_CACHE", Path.home() / ".cache" / "headprobe"))
 
 
 def training_texts() -> list[str]:
@@ -66,14 +68,10 @@ def build_toy_tokenizer(vocab_size: int = TOY_VOCAB_SIZE):
 
 
 def toy_tokenizer_path(vocab_size: int = TOY_VOCAB_SIZE) -> Path:
-    """The cached ``tokenizer.json``, built (about 10 s) and written atomically on first use."""
+    """The cached ``tokenizer.json``, built (about 1 s) and written atomically on first use."""
     path = cache_dir() / f"toy-bpe-{vocab_size}.json"
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = build_toy_tokenizer(vocab_size).to_str()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        atomic_write_text(path, build_toy_tokenizer(vocab_size).to_str())
     return path
 
 
