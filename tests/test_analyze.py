@@ -167,6 +167,7 @@ def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkp
         (["--rows", "last:x"], "--rows"),
         (["--lengths", "4,8"], "at least 16"),
         (["--dtype", "half-ish"], "unknown dtype"),
+        (["--retrieval-span", "approx"], "unknown retrieval span 'approx'; choose one of exact, reference"),
     ]:
         res = runner.invoke(app, ["analyze", str(ours), "--out", str(tmp_path / "b"), *args], env={"COLUMNS": "300"})
         assert res.exit_code == 2 and match in res.output, res.output

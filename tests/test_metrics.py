@@ -22,6 +22,7 @@ from headprobe.metrics import (
     retrieval_scores,
     rouge1_recall,
 )
+from headprobe.metrics.retrieval import reference_span
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
@@ -327,6 +328,41 @@ def test_retrieval_threshold_convention():
     strict = retrieval_heads(frame, strict=True).set_index("layer_type")  # > 0.1: Wu et al.'s wording
     assert strict.loc["all", "retrieval_heads"] == 1 and strict.loc["full", "fraction"] == 0.5
     assert retrieval_heads(frame, threshold=0.3).set_index("layer_type").loc["all", "retrieval_heads"] == 1
+
+
+def test_reference_span_is_the_first_window_with_over_90_percent_of_the_answer_tokens():
+    # hand-worked: an 11-token answer 1..11 behind a 9. The window at 0 ([9, 1..10]) already holds 10 of
+    # the 11 distinct answer tokens (0.909 > 0.9), so the reference's span starts one token early
+    prompt = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 8]
+    assert reference_span(prompt, list(range(1, 12))) == (0, 11)
+    # a 5-token answer: the early window holds 4 of 5 (0.8), so the span is exact
+    assert reference_span([9, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5]) == (1, 6)
+    # a repeated token counts once: {1, 2} at 0 covers all of the answer's set {1, 2}
+    assert reference_span([1, 2, 2, 1, 2], [2, 1, 2]) == (0, 3)
+    assert reference_span([7, 8, 9], [1, 2]) == (-1, -1)  # not found: no head can score
+
+
+def test_reference_span_lowers_a_perfect_copiers_score_as_wu_et_al_s_code_would():
+    lengths, depths = [400], [20.0, 60.0]
+    exact = retrieval_scores(CopyModel(), needles=NEEDLES[:2], lengths=lengths, depths=depths)
+    ref = retrieval_scores(CopyModel(), needles=NEEDLES[:2], lengths=lengths, depths=depths, span="reference")
+    expected = []
+    tok = ByteTokenizer()
+    for sample in ref.samples.itertuples():
+        needle = next(n for n in NEEDLES if n.question == sample.question)
+        answer = tok.encode(needle.answer)
+        n, wanted = len(answer), set(answer)
+        ids = needle_prompt(tok, needle, sample.length, sample.depth, seed=0).ids
+        start = next(i for i in range(len(ids)) if len(set(ids[i : i + n]) & wanted) / len(wanted) > 0.9)
+        exact_start = ids.index(answer[0], start)  # the copier walks the answer's own bytes
+        while ids[exact_start : exact_start + n] != answer:
+            exact_start = ids.index(answer[0], exact_start + 1)
+        assert (sample.span_start, sample.span_end) == (start, start + n)
+        assert start < exact_start  # these answers are long: the reference's window starts early
+        expected.append(max(0, n - (exact_start - start)) / n)  # copies that land inside the shifted window
+    copier = ref.heads.set_index(["layer", "head"]).loc[(1, 0), "value"]
+    assert copier == pytest.approx(np.mean(expected)) and copier < 1.0
+    assert exact.heads.set_index(["layer", "head"]).loc[(1, 0), "value"] == pytest.approx(1.0)
 
 
 def test_failed_samples_are_excluded_not_counted_as_zero():

@@ -58,6 +58,6 @@ def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[
 
 def decode_items(model: ProbedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric) -> dict[str, pd.DataFrame]:
     """Retrieval at one length: the head table and the sample table."""
-    scores = metric.compute(model, needle_prompts(model, length, s), s.max_new_tokens)
+    scores = metric.compute(model, needle_prompts(model, length, s), **{k: getattr(s, k) for k in metric.settings})
     heads, samples = metric.tables
     return {heads.table: _tag(scores.heads, length=length), samples.table: scores.samples}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.metrics import METRICS, Metric, Rows, get_metrics
+from headprobe.metrics.retrieval import Span
 from headprobe.probe import parse_dtype
 from headprobe.runs import resume_key
 from headprobe.text.needles import needle_set
@@ -32,6 +33,8 @@ class AnalyzeSettings:
         max_new_tokens: retrieval's decoding budget per sample.
         haystack: text files to use instead of the built-in corpus.
         needles: the needle set for retrieval (:data:`headprobe.text.needles.NEEDLE_SETS`).
+        retrieval_span: ``exact`` (the answer's tokens) or ``reference`` (Wu et al.'s search),
+            :class:`headprobe.metrics.retrieval.Span`.
         dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
     """
 
@@ -44,6 +47,7 @@ class AnalyzeSettings:
     max_new_tokens: int = 50
     haystack: list[str] | None = None
     needles: str = "builtin"
+    retrieval_span: str = "exact"
     dtype: str | None = None
 
     def __post_init__(self) -> None:
@@ -75,6 +79,7 @@ class AnalyzeSettings:
             raise AnalysisError("no metric requested (`metrics`)")
         try:
             needle_set(self.needles)
+            Span(self.retrieval_span)
         except ValueError as err:
             raise AnalysisError(str(err)) from None
         if not self.lengths or min(self.lengths) < MIN_LENGTH:

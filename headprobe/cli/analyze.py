@@ -27,6 +27,9 @@ def analyze(
         list[Path] | None, typer.Option("--haystack-file", help="text files to use as haystack")
     ] = None,
     needles: Annotated[str, typer.Option(help="retrieval's needle set: builtin | codes (the toy models')")] = "builtin",
+    retrieval_span: Annotated[
+        str, typer.Option(help="retrieval: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)")
+    ] = "exact",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
@@ -50,6 +53,7 @@ def analyze(
             max_new_tokens=max_new_tokens,
             haystack=[str(f) for f in haystack] if haystack else None,
             needles=needles,
+            retrieval_span=retrieval_span,
             dtype=dtype,
         )
         settings.validate()

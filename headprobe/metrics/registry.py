@@ -30,9 +30,7 @@ from headprobe.metrics.summaries import (
     retrieval_rows,
 )
 from headprobe.model.config import LayerInfo
-from headprobe.probe.base import ProbedModel
 from headprobe.results import Schema
-from headprobe.text.needles import NeedlePrompt
 
 
 @dataclass(frozen=True)
@@ -72,13 +70,14 @@ class DecodeMetric:
 
     Attributes:
         name, tables, settings, summary, headline, description, revision: as for :class:`PassMetric`.
-        compute: ``(model, prompts, max_new_tokens) -> RetrievalScores`` (the head table, the sample table).
+        compute: ``(model, prompts, **settings) -> RetrievalScores`` (the head table, the sample table);
+            it is given the metric's ``settings`` by name.
     """
 
     name: str
     tables: tuple[Schema, ...]
     settings: tuple[str, ...]
-    compute: Callable[[ProbedModel, Sequence[NeedlePrompt], int], RetrievalScores]
+    compute: Callable[..., RetrievalScores]
     summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
     headline: Callable[[pd.DataFrame], str]
     description: str = ""
@@ -93,12 +92,14 @@ METRICS: dict[str, Metric] = {
         DecodeMetric(
             "retrieval",
             (RETRIEVAL, RETRIEVAL_SAMPLES),
-            ("max_new_tokens", "needles"),
-            lambda model, prompts, new: score_prompts(model, prompts, new),
+            ("max_new_tokens", "needles", "retrieval_span"),
+            lambda model, prompts, max_new_tokens, retrieval_span, **_: score_prompts(
+                model, prompts, max_new_tokens, span=retrieval_span
+            ),
             retrieval_rows,
             retrieval_headline,
             "Wu et al.'s retrieval score per head, from needle prompts",
-            revision=2,  # 2: prompts tokenised whole, ROUGE with stemming
+            revision=3,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span
         ),
         PassMetric(
             "entropy",

@@ -4,6 +4,12 @@ At each decode step a head copies when its attention row's argmax key lies in th
 span and holds the very token that step produced; each copy adds ``1 / len(answer span)``. A head's
 score is the mean over the samples the model answered (ROUGE-1 recall > 0.5); failed samples are
 excluded, not counted as zeros.
+
+The answer span is, by default, exactly the answer's tokens in the prompt (found by character offsets
+when the prompt is built). ``span="reference"`` locates it as Wu et al.'s code does (``find_needle_idx``):
+the first window of ``len(encode(answer))`` prompt tokens whose token *set* covers more than 90% of the
+answer's; for answers of ten or more distinct tokens that window can start a token early, which lowers
+a perfect copier's score (docs/metrics.md gives the numbers).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import pandas as pd
 import torch
 
 from headprobe.metrics.attention import HEAD_COLUMNS
+from headprobe.model.config import Choice
 from headprobe.model.seam import AttentionCall
 from headprobe.probe.base import ProbedModel
 from headprobe.results import Column, Schema
@@ -44,9 +51,37 @@ RETRIEVAL_SAMPLES = Schema(
         Column("response", "str", "the greedy answer"),
         Column("rouge1_recall", "float", "ROUGE-1 recall of the answer against the needle's"),
         Column("kept", "bool", "counted in the scores"),
+        Column("span_start", "int", "first prompt token of the answer span scored (-1: none found)"),
+        Column("span_end", "int", "one past its last token"),
         Column("haystack", "str", "the text around the needle"),
     ),
 )
+
+
+class Span(Choice, what="retrieval span"):
+    """How the answer span a copy must land in is found."""
+
+    EXACT = "exact"  # the answer's own tokens, by character offsets (headprobe's default)
+    REFERENCE = "reference"  # Wu et al.'s find_needle_idx: first window with > 90% token-set overlap
+
+
+def reference_span(prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> tuple[int, int]:
+    """Wu et al.'s needle span: the first ``i`` such that ``prompt_ids[i : i + n]`` (``n`` the answer's
+    token count) holds more than 90% of the answer's distinct tokens; ``(-1, -1)`` when none does (then
+    no head can score, as in the reference)."""
+    wanted = set(answer_ids)
+    n = len(answer_ids)
+    for i in range(len(prompt_ids)):
+        if len(set(prompt_ids[i : i + n]) & wanted) / len(wanted) > 0.9:
+            return i, i + n
+    return -1, -1
+
+
+def answer_span(model: ProbedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT) -> tuple[int, int]:
+    """``[start, end)`` of the prompt tokens a copy must land in (:class:`Span`)."""
+    if Span(span) is Span.EXACT:
+        return prompt.answer_start, prompt.answer_end
+    return reference_span(prompt.ids, model.tokenizer.encode(prompt.needle.answer))
 
 
 @dataclass(frozen=True)
@@ -72,20 +107,23 @@ def rouge1_recall(reference: str, prediction: str) -> float:
     return float(_rouge1().score(reference, prediction)["rouge1"].recall)
 
 
-def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50) -> tuple[np.ndarray, dict]:
+def retrieval_sample(
+    model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50, span: Span | str = Span.EXACT
+) -> tuple[np.ndarray, dict]:
     """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
-    sample's record (response, ROUGE-1 recall, kept or not)."""
+    sample's record (response, ROUGE-1 recall, kept or not, the span scored)."""
     scores = np.zeros((len(model.layers), max(info.n_heads for info in model.layers)))
-    span = prompt.answer_end - prompt.answer_start
+    start, end = answer_span(model, prompt, span)
+    width = max(end - start, 1)
     ids = prompt.ids
 
     def probe(step: int, token: int, call: AttentionCall) -> None:
         st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, topk=0)
         where = (st.argmax[0, :, -1] + call.key_start).cpu().numpy()  # absolute key position per head
-        inside = (where >= prompt.answer_start) & (where < prompt.answer_end)
+        inside = (where >= start) & (where < end)
         for head in np.nonzero(inside)[0]:
             if ids[where[head]] == token:
-                scores[call.layer, head] += 1 / span
+                scores[call.layer, head] += 1 / width
 
     tokens = model.decode(torch.tensor([ids]), max_new_tokens, list(model.tokenizer.newline_ids), probe=probe)
     response = model.tokenizer.decode(tokens)
@@ -97,6 +135,8 @@ def retrieval_sample(model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: i
         "response": response,
         "rouge1_recall": recall,
         "kept": recall > 0.5,
+        "span_start": start,
+        "span_end": end,
         "haystack": prompt.haystack,
     }
     return scores, record
@@ -107,14 +147,16 @@ def score_prompts(
     prompts: Iterable[NeedlePrompt],
     max_new_tokens: int = 50,
     progress: Callable[[int], None] | None = None,
+    span: Span | str = Span.EXACT,
 ) -> RetrievalScores:
     """Retrieval scores of every head over ``prompts``: the mean copy score over the samples the model
-    answered (NaN when none was), with ``n_kept`` and ``n_samples``; and every sample's record."""
+    answered (NaN when none was), with ``n_kept`` and ``n_samples``; and every sample's record. ``span``:
+    which answer span a copy must land in (:class:`Span`)."""
     total = np.zeros((len(model.layers), max(i.n_heads for i in model.layers)))
     kept, records = 0, []
     for n, prompt in enumerate(prompts):
         model.check_length(prompt.length + max_new_tokens)
-        scores, record = retrieval_sample(model, prompt, max_new_tokens)
+        scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
         records.append({"sample": n} | record)
         if record["kept"]:
             total += scores
@@ -147,6 +189,7 @@ def retrieval_scores(
     max_new_tokens: int = 50,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    span: Span | str = Span.EXACT,
 ) -> RetrievalScores:
     """Wu et al.'s retrieval score of every head (definition: docs/metrics.md), one sample per
     ``(length, depth, needle)`` of the sweep; see :func:`score_prompts`."""
@@ -157,7 +200,7 @@ def retrieval_scores(
         for depth in depths
         for needle in needles
     )
-    return score_prompts(model, prompts, max_new_tokens, progress)
+    return score_prompts(model, prompts, max_new_tokens, progress, span)
 
 
 def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1, strict: bool = False) -> pd.DataFrame:
