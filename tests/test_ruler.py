@@ -97,7 +97,7 @@ def bpe(tmp_path_factory):
 def samples(bpe):
     out = {}
     for name, tok in (("byte", ByteTokenizer()), ("bpe", bpe)):
-        gen = RulerGenerator(tok, seed=7)
+        gen = RulerGenerator(tok, seed=7, fit="tight", cwe_rule="fit")  # ruler fit: test_ruler_fit_*
         out[name] = (tok, [gen.sample(task, length, i) for task in TASKS for length in (4096, 8192) for i in range(2)])
     return out
 
@@ -172,6 +172,72 @@ def test_every_answer_is_in_the_input(samples, tok_name):
             assert numbers == list(range(1, len(numbers) + 1))  # numbered from 1, as RULER (i + 1)
 
 
+def _probe_tokens(gen, task, length, n):
+    """Tokens of the probe sample RULER's size search renders (a sample of its own, not one of those
+    generated), at size ``n``; counted independently here."""
+    budget = length - task.tokens_to_generate
+    draft = gen._draft(task, budget, length, "probe")[0]
+    text, prefix, _ = draft.render(n)
+    return len(gen.tokenizer.encode(text + prefix)), budget
+
+
+@pytest.mark.parametrize("name", ["niah_multikey_2", "niah_single_1", "vt", "qa_1", "cwe"])
+def test_ruler_fit_is_one_size_per_task_and_length_shrunk_by_whole_steps(bpe, name):
+    task, length = TASKS[name], 8192
+    gen = RulerGenerator(bpe, seed=11)
+    rows = [gen.sample(task, length, i) for i in range(4)]
+    step = {"niah_multikey_2": 25, "niah_single_1": 25, "vt": 10, "qa_1": 10, "cwe": 10}[name]  # RULER's scripts
+    size = gen.ruler_size(task, length, length - task.tokens_to_generate)
+    below, budget = _probe_tokens(gen, task, length, size)
+    above, _ = _probe_tokens(gen, task, length, size + 1)
+    assert below <= budget < above  # the largest size at which RULER's probe fits
+    for s in rows:
+        assert s["fit"] == "ruler" and (size - s["size"]) % step == 0 and s["size"] <= size
+        assert s["token_count"] == len(bpe.encode(s["input"] + s["answer_prefix"])) <= budget
+        assert s["fill"] == pytest.approx(s["token_count"] / budget)
+        if s["size"] < size:  # shrunk: one step more would not have fitted
+            draft = gen._draft(task, budget, length, s["index"])[0]
+            text, prefix, _ = draft.render(s["size"] + step)
+            assert len(bpe.encode(text + prefix)) > budget
+    tight = [RulerGenerator(bpe, seed=11, fit="tight").sample(task, length, i) for i in range(4)]
+    assert all(t["fit"] == "tight" and t["fill"] >= 0.95 for t in tight)
+    assert sum(s["fill"] for s in rows) <= sum(t["fill"] for t in tight)
+
+
+def test_ruler_fit_of_fwe_is_rulers_linear_search(bpe):
+    task, length = TASKS["fwe"], 8192
+    gen = RulerGenerator(bpe, seed=11)
+    budget = length - task.tokens_to_generate
+    step = budget // 32
+    size = gen.ruler_size(task, length, budget)
+    assert (size - budget // 6) % step == 0  # from budget // 6 up in steps of budget // 32
+    assert _probe_tokens(gen, task, length, size)[0] < budget <= _probe_tokens(gen, task, length, size + step)[0]
+    s = gen.sample(task, length, 0)
+    assert s["fit"] == "ruler" and s["size"] <= size and (size - s["size"]) % step == 0
+
+
+def test_ruler_fit_falls_back_to_tight_where_no_whole_step_fits(bpe):
+    # an essay haystack shrinks by 500 words: at 1,024 tokens no size RULER can reach fits
+    s = RulerGenerator(bpe, seed=2).sample("niah_single_2", 1024, 0)
+    assert s["fit"] == "tight" and s["token_count"] <= s["budget"]
+    assert RulerGenerator(bpe, seed=2).sample("niah_single_1", 1024, 0)["fit"] == "ruler"  # 5-line steps
+
+
+def test_cwe_rule_follows_rulers_4096_threshold(bpe):
+    small = RulerGenerator(bpe, seed=1).sample("cwe", 2048, 0)
+    assert "common x6, others x1" in small["source"] and small["cwe_rule"] == "ruler"
+    with pytest.raises(RulerError, match="use `--cwe-rule fit`"):
+        RulerGenerator(bpe, seed=1).sample("cwe", 4096, 0)  # x30/x3 cannot fit this tokenizer; RULER keeps them
+    ours = RulerGenerator(bpe, seed=1, cwe_rule="fit").sample("cwe", 4096, 0)
+    assert "common x6, others x1" in ours["source"] and ours["cwe_rule"] == "fit"
+    tok = ByteTokenizer()
+    big = RulerGenerator(tok, seed=1).sample("cwe", 32768, 0)
+    assert "common x30, others x3" in big["source"]
+    main = big["input"][big["input"].rindex("Below is a numbered list") :]
+    counts = Counter(re.findall(r"\d+\. (\S+)", main))
+    assert sorted(counts[w] for w in big["outputs"]) == [30] * 10 and set(counts.values()) == {30, 3}
+
+
 def test_determinism_and_diversity(bpe):
     a = RulerGenerator(bpe, seed=3).sample("niah_multikey_2", 4096, 0)
     b = RulerGenerator(bpe, seed=3).sample("niah_multikey_2", 4096, 0)
@@ -179,7 +245,7 @@ def test_determinism_and_diversity(bpe):
     d = RulerGenerator(bpe, seed=4).sample("niah_multikey_2", 4096, 0)
     assert a == b
     assert a["input"] != c["input"] and a["outputs"] != c["outputs"] and a["input"] != d["input"]
-    gen = RulerGenerator(ByteTokenizer(), seed=3)
+    gen = RulerGenerator(ByteTokenizer(), seed=3, cwe_rule="fit")
     inputs = {gen.sample(t, 4096, i)["input"] for t in ("vt", "cwe", "fwe", "qa_1") for i in range(3)}
     assert len(inputs) == 12
 
@@ -419,7 +485,7 @@ WRAPPER = "Some users are here.<|user|>\n{task_template}<|end|>\n<|assistant|>\n
 
 
 def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
-    gen = RulerGenerator(ByteTokenizer(), seed=5, wrapper=WRAPPER)
+    gen = RulerGenerator(ByteTokenizer(), seed=5, wrapper=WRAPPER, fit="tight", cwe_rule="fit")
     before, after = "Some users are here.<|user|>\n", "<|end|>\n<|assistant|>\n"
     for task in TASKS:
         s = gen.sample(task, 4096, 0)

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from headprobe.cli.common import DTYPE_HELP, fail, gib, ints, say_error, wide_console, words
 
+FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
+CWE_HELP = "ruler (RULER's word counts by length) | fit (the small counts wherever the standard ones do not fit)"
 WRAPPER_HELP = (
     "prompt wrapper (RULER's model template): base, chat (the model folder's chat template), "
     "or a string/file containing {task_template}"
@@ -30,6 +32,8 @@ def ruler_generate(
     qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
     reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
     wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
+    fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
+    cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
 ) -> None:
     """Generate RULER-style samples fitted to a tokenizer, one JSON object per line."""
     from headprobe.evals.ruler import RulerError, RulerGenerator, resolve_tasks
@@ -43,7 +47,8 @@ def ruler_generate(
         folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
         qa = qa_file_kinds([str(f) for f in qa_file or []])
         template = resolve_wrapper(wrapper, folder if tokenizer != "byte" else None)
-        gen = RulerGenerator(tok, seed, haystack_file or None, qa, reserve, wrapper=template)
+        files = haystack_file or None
+        gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=template, fit=fit, cwe_rule=cwe_rule)
         rows = list(gen.samples(resolve_tasks(tasks), ints(lengths), samples))
     except (RulerError, ValueError, FileNotFoundError) as err:
         raise fail(err, ctx) from None
@@ -68,6 +73,8 @@ def ruler_eval(
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
     batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
     wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
+    fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
+    cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     progress: bool = True,
 ) -> None:
@@ -89,6 +96,8 @@ def ruler_eval(
         qa_files=[str(f) for f in qa_file] if qa_file else None,
         data=str(data) if data else None,
         wrapper=wrapper,
+        fit=fit,
+        cwe_rule=cwe_rule,
         dtype=dtype,
     )
     try:

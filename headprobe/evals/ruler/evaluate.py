@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from headprobe.evals.ruler.generate import RulerError, RulerGenerator
+from headprobe.evals.ruler.generate import CweRule, Fit, RulerError, RulerGenerator
 from headprobe.evals.ruler.predictions import Predictions
 from headprobe.evals.ruler.samples import qa_file_kinds, read_samples
 from headprobe.evals.ruler.scoring import postprocess
@@ -53,6 +53,9 @@ class RulerSettings:
         qa_files: SQuAD v2 and/or HotpotQA dev files (else the built-in generated set).
         data: read samples from this JSON-lines file instead of generating them.
         wrapper: RULER's model template: ``base``, ``chat`` or a string/file with ``{task_template}``.
+        fit: ``ruler`` (RULER's size search, samples below the target) or ``tight`` (each sample fills its
+            budget), :class:`~headprobe.evals.ruler.generate.Fit`.
+        cwe_rule: ``ruler`` or ``fit``, :class:`~headprobe.evals.ruler.generate.CweRule`.
         dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
     """
 
@@ -64,6 +67,8 @@ class RulerSettings:
     qa_files: list[str] | None = None
     data: str | None = None
     wrapper: str = "base"
+    fit: str = "ruler"
+    cwe_rule: str = "ruler"
     dtype: str | None = None
 
     def validate(self) -> list[Task]:
@@ -73,6 +78,10 @@ class RulerSettings:
             raise RulerError("`lengths` must be positive token counts")
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
+        try:
+            Fit(self.fit), CweRule(self.cwe_rule)
+        except ValueError as err:
+            raise RulerError(str(err)) from None
         return resolve_tasks(self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +94,8 @@ class RulerSettings:
             checkpoint=str(Path(checkpoint).resolve()),
             seed=self.seed,
             wrapper=self.wrapper,
+            fit=self.fit,
+            cwe_rule=self.cwe_rule,
             dtype=self.dtype,
             data=self.data,
             haystack_files=self.haystack_files,
@@ -134,6 +145,8 @@ def load_samples(model: ProbedModel, checkpoint: str | Path, s: RulerSettings, t
         qa_file_kinds(s.qa_files),
         reserve=len(model.prompt_start),
         wrapper=resolve_wrapper(s.wrapper, checkpoint),
+        fit=s.fit,
+        cwe_rule=s.cwe_rule,
     )
     return list(gen.samples(tasks, s.lengths, s.samples))
 
@@ -159,6 +172,8 @@ def decode_group(
                 "pred": postprocess(model.tokenizer.decode(new)),
                 "outputs": x["outputs"],
                 "token_count": ids.shape[1],
+                "fit": x.get("fit"),
+                "fill": x.get("fill"),
                 "source": x.get("source"),
                 "haystack": x.get("haystack"),
             }

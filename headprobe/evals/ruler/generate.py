@@ -1,15 +1,27 @@
 """RULER-style samples fitted to a model's tokenizer and a target length.
 
 Every task builds its prompt from a size ``n`` (noise lines, distractor needles, essay words, distinct
-words, coded words or documents). Token counts of the pieces are computed once, so the predicted
-length of any ``n`` is a prefix sum; a binary search picks the largest ``n`` whose prediction fits
-``length - tokens_to_generate`` (minus any reserved special tokens); the rendered prompt is then
-tokenised once to confirm, and ``n`` shrinks while it does not fit. Samples are deterministic in
+words, coded words or documents: RULER's haystack units). Two ways of choosing ``n`` (:class:`Fit`):
+
+* ``ruler`` (the default), RULER's procedure: one size per task and length, found on a probe sample
+  (a binary search on the rendered probe's token count; for ``fwe`` RULER's linear search), then each
+  sample shrinks from it by RULER's whole step (``ruler_step``: 500 essay words, 25 or 5 lines, 10
+  words or documents, ...) until it fits. Samples land below the target, as RULER's do. Where no
+  whole step fits (short lengths, e.g. an essay haystack under about 2K tokens, where RULER's own loop
+  never ends) that sample is fitted tightly and its ``fit`` says ``tight``.
+* ``tight``: each sample's own largest ``n``: token counts of the pieces are computed once, so the
+  predicted length of any ``n`` is a prefix sum; a binary search picks the largest ``n`` whose
+  prediction fits, the rendered prompt is tokenised to confirm, and ``n`` shrinks while it does not
+  fit. Samples fill the budget, so they are harder than RULER's at the same nominal length.
+
+The budget is ``length - tokens_to_generate`` minus any reserved special tokens; every sample records
+its ``fit`` and ``fill`` (``token_count / budget``). Samples are deterministic in
 ``(seed, task, length, index)``.
 
 Sample fields follow RULER: ``index``, ``input`` (the prompt without the answer prefix), ``outputs``
 (the references), ``length`` (the target), ``answer_prefix``, ``task``, ``token_count`` (tokens of
-``input + answer_prefix``), ``haystack`` (which text filled it), plus ``budget`` and ``source``.
+``input + answer_prefix``), ``haystack`` (which text filled it), plus ``budget``, ``size`` (``n``),
+``fit``, ``fill`` and ``source``; cwe samples also ``cwe_rule`` (:class:`CweRule`).
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import numpy as np
 from headprobe.evals.ruler import templates as T
 from headprobe.evals.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squad
 from headprobe.evals.ruler.tasks import TASKS, Task
+from headprobe.model.config import Choice
 from headprobe.text.corpus import Writer
 from headprobe.text.haystack import split_sentences
 from headprobe.text.wordlists import shipped
@@ -35,6 +48,34 @@ from headprobe.text.wordlists import shipped
 
 class RulerError(ValueError):
     """A task cannot be generated as asked (unknown task, length too short, missing file)."""
+
+
+class Fit(Choice, what="fit"):
+    """How a sample's size is chosen (module docstring)."""
+
+    RULER = "ruler"  # one size per task and length from a probe sample, shrunk by whole steps
+    TIGHT = "tight"  # each sample's largest size that fits
+
+
+class CweRule(Choice, what="cwe rule"):
+    """Which word counts cwe uses at a length."""
+
+    RULER = "ruler"  # RULER's: below 4,096 tokens x6/x1 (example 20 words x3/x1), else the task's (x30/x3)
+    FIT = "fit"  # ours: the task's counts when they fit the budget, else the small ones (byte tokenizers)
+
+
+def ruler_step(task: Task, length: int, budget: int) -> int:
+    """RULER's ``incremental`` for a task at ``length``: the step of its size search and of the shrinking
+    of overflowing samples (``scripts/data/synthetic/*.py``)."""
+    if task.family in ("niah", "vt"):
+        if task.haystack == "essay":
+            return 500
+        if length < 4096:
+            return 5
+        return 25 if task.family == "niah" else 10
+    if task.family == "fwe":
+        return max(1, budget // 32)
+    return 10  # cwe words, qa documents
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +215,8 @@ class RulerGenerator:
         reserve: tokens to keep free for special tokens the evaluator adds (e.g. a BOS).
         wrapper: RULER's model template around every task prompt (see :mod:`headprobe.evals.ruler.templates`).
             Unlike RULER, the singular rewrite never edits the wrapper's own text.
+        fit: ``ruler`` (RULER's size search and whole-step shrinking) or ``tight`` (:class:`Fit`).
+        cwe_rule: ``ruler`` or ``fit`` (:class:`CweRule`).
     """
 
     def __init__(
@@ -184,8 +227,12 @@ class RulerGenerator:
         qa_files: dict[str, Path] | None = None,
         reserve: int = 0,
         wrapper: str = T.BASE_WRAPPER,
+        fit: Fit | str = Fit.RULER,
+        cwe_rule: CweRule | str = CweRule.RULER,
     ) -> None:
         self.tokenizer, self.seed, self.reserve = tokenizer, seed, reserve
+        self.fit, self.cwe_rule = Fit(fit), CweRule(cwe_rule)
+        self._sizes: dict[tuple[str, int], int] = {}
         self.wrapper = wrapper
         self.wrap_before, self.wrap_after = T.split_wrapper(wrapper)
         self.counter = Counter(tokenizer)
@@ -206,11 +253,13 @@ class RulerGenerator:
                 f"{what}: length {length} leaves no room after {task.tokens_to_generate} tokens to "
                 "generate; use a longer length"
             )
-        rng = random.Random(f"{self.seed}/{task.name}/{length}/{index}")
-        build = {"niah": self._niah, "vt": self._vt, "cwe": self._cwe, "fwe": self._fwe, "qa": self._qa_draft}
-        draft, haystack, source = build[task.family](task, rng, budget, length, index)
-        text, prefix, outputs, n, count = fit(self._wrapped(draft), budget, self.counter, what)
-        return {
+        draft, haystack, source = self._draft(task, budget, length, index)
+        if self.fit is Fit.TIGHT:
+            text, prefix, outputs, n, count = fit(draft, budget, self.counter, what)
+            used = Fit.TIGHT
+        else:
+            text, prefix, outputs, n, count, used = self._fit_ruler(task, length, budget, draft, what)
+        sample = {
             "index": index,
             "input": text,
             "outputs": outputs,
@@ -220,10 +269,68 @@ class RulerGenerator:
             "token_count": count,
             "budget": budget,
             "size": n,
+            "fit": str(used),
+            "fill": count / budget,
             "haystack": haystack,
             "source": source,
             "wrapper": self.wrapper,
         }
+        return sample | ({"cwe_rule": str(self.cwe_rule)} if task.family == "cwe" else {})
+
+    def _draft(self, task: Task, budget: int, length: int, index: int | str) -> tuple[Draft, str, str]:
+        """Sample ``index`` of ``task`` at ``length`` as a size-free draft, in the wrapper."""
+        rng = random.Random(f"{self.seed}/{task.name}/{length}/{index}")
+        build = {"niah": self._niah, "vt": self._vt, "cwe": self._cwe, "fwe": self._fwe, "qa": self._qa_draft}
+        draft, haystack, source = build[task.family](task, rng, budget, length, index if isinstance(index, int) else 0)
+        return self._wrapped(draft), haystack, source
+
+    def _count(self, draft: Draft, n: int) -> tuple[str, str, list[str], int]:
+        text, prefix, outputs = draft.render(n)
+        return text, prefix, outputs, self.counter.one(text + prefix)
+
+    def ruler_size(self, task: Task, length: int, budget: int) -> int:
+        """RULER's one size for ``task`` at ``length``, found on a probe sample: the largest size whose
+        rendered probe fits (a binary search from one step up to 3x the length over the probe's tokens
+        per unit at one step; cwe: 2x, per unit at 4,096 words), or for ``fwe`` a linear search up
+        from ``budget // 6`` in steps, then one step back; one step when nothing fits."""
+        key = (task.name, length)
+        if key not in self._sizes:
+            probe = self._draft(task, budget, length, "probe")[0]
+            step = ruler_step(task, length, budget)
+            if task.family == "fwe":
+                n = budget // 6
+                while self._count(probe, n)[3] < budget:
+                    n += step
+                size = n - step
+            else:  # RULER's bounds: one step, and 3x (cwe: 2x) the tokens-per-unit estimate
+                total = budget + task.tokens_to_generate  # RULER's max_seq_length, after the template
+                if task.family == "cwe":
+                    hi = int(total // (self._count(probe, 4096)[3] / 4096)) * 2
+                else:
+                    hi = int(total / (self._count(probe, step)[3] / step) * 3)
+                lo, hi, size = step, max(hi, 2 * step), step
+                while lo <= hi:
+                    mid = (lo + hi) // 2
+                    if self._count(probe, mid)[3] <= budget:
+                        size, lo = mid, mid + 1
+                    else:
+                        hi = mid - 1
+            self._sizes[key] = size
+        return self._sizes[key]
+
+    def _fit_ruler(self, task: Task, length: int, budget: int, draft: Draft, what: str):
+        """RULER's fit of one sample: the task's size, less whole steps until the sample fits; and the fit
+        used. Where no whole step gets there (short lengths: RULER's own loop would never end), the
+        sample is fitted tightly and says so."""
+        n, step = self.ruler_size(task, length, budget), ruler_step(task, length, budget)
+        while n >= draft.n_min:
+            text, prefix, outputs, count = self._count(draft, n)
+            if count <= budget:
+                return text, prefix, outputs, n, count, Fit.RULER
+            if n - step < max(draft.n_min, 1):
+                break
+            n -= step
+        return (*fit(draft, budget, self.counter, what), Fit.TIGHT)
 
     def _wrap(self, prompt: str) -> str:
         return self.wrap_before + prompt + self.wrap_after
@@ -390,15 +497,25 @@ class RulerGenerator:
         return " ".join(f"{i + 1}. {w}" for i, w in enumerate(items))
 
     def _cwe(self, task: Task, rng: random.Random, budget: int, length: int, index: int):
-        # RULER's settings below 4,096 tokens (example 20 words x3/x1, main x6/x1) also serve longer
-        # lengths whose standard prompt cannot fit (e.g. byte-level tokenizers)
-        settings = [(6, 1, 20, 3, 1)] if length < 4096 else [(task.freq_cw, task.freq_ucw, 40, 10, 3), (6, 1, 20, 3, 1)]
+        # RULER's settings below 4,096 tokens (example 20 words x3/x1, main x6/x1); the "fit" rule also
+        # uses them at longer lengths whose standard prompt cannot fit (e.g. byte-level tokenizers)
+        small, standard = (6, 1, 20, 3, 1), (task.freq_cw, task.freq_ucw, 40, 10, 3)
+        options = [standard] if self.cwe_rule is CweRule.RULER else [standard, small]
+        settings = [small] if length < 4096 else options
         state = rng.getstate()
         for freq_cw, freq_ucw, ex_words, ex_cw, ex_ucw in settings:
             rng.setstate(state)
             draft = self._cwe_draft(task, rng, budget, freq_cw, freq_ucw, ex_words, ex_cw, ex_ucw)
             if draft.predict(draft.n_min) <= budget:
                 break
+        else:
+            if self.cwe_rule is CweRule.RULER and length >= 4096:
+                raise RulerError(
+                    f"cwe at length {length}: RULER's word counts at 4,096 tokens and up (common x{freq_cw}, "
+                    f"others x{freq_ucw}, a 40-word example) need about {draft.predict(draft.n_min)} tokens, more "
+                    f"than the {budget} available (a byte-level tokenizer?); use `--cwe-rule fit` (the small "
+                    "counts where the standard ones do not fit) or a longer length"
+                )
         return draft, "words", f"RULER-style (common x{freq_cw}, others x{freq_ucw})"
 
     def _cwe_draft(self, task, rng, budget, freq_cw, freq_ucw, ex_words, ex_cw, ex_ucw) -> Draft:

@@ -26,6 +26,8 @@ RULER_SAMPLES = Schema(
         Column("outputs", "list", "the references"),
         Column("score", "float", "the task's metric on this sample alone (0-100)"),
         Column("token_count", "int", "prompt tokens"),
+        Column("fit", "str", "how its size was chosen: ruler (RULER's procedure) or tight"),
+        Column("fill", "float", "prompt tokens over the budget (length - tokens to generate)"),
         Column("source", "str", "where the sample's material came from"),
         Column("haystack", "str", "which text filled it"),
     ),
@@ -40,6 +42,7 @@ RULER_SCORES = Schema(
         Column("length", "int", "the length (scopes task and length), else missing"),
         Column("score", "float", "0-100, rounded to 2 decimals as RULER rounds"),
         Column("n", "int", "samples (task), tasks (length) or lengths (overall) averaged"),
+        Column("fit", "str", "the fits of the samples averaged (ruler, tight, or both joined by +)"),
     ),
 )
 LABEL = "RULER-style"
@@ -62,6 +65,8 @@ def score_rows(model: str, tasks: Sequence[Task], rows: dict[str, list[dict]]) -
                     "outputs": list(r["outputs"]),
                     "score": by_name[task].metric([r["pred"]], [r["outputs"]]),
                     "token_count": r["token_count"],
+                    "fit": str(r.get("fit") or "unrecorded"),
+                    "fill": float(r["fill"]) if r.get("fill") is not None else float("nan"),
                     "source": str(r.get("source")),
                     "haystack": str(r.get("haystack")),
                 }
@@ -76,18 +81,23 @@ def aggregate(samples: pd.DataFrame, tasks: Sequence[Task]) -> pd.DataFrame:
     for task in tasks:
         for length, part in samples[samples.task == task.name].groupby("length"):
             score = task.metric(part["pred"].tolist(), [list(o) for o in part["outputs"]])
-            rows.append(("task", task.name, int(length), score, len(part)))
+            rows.append(("task", task.name, int(length), score, len(part), _fits(part)))
     per_length = {}
     for length in sorted({r[2] for r in rows}):
         values = [r[3] for r in rows if r[2] == length]
         per_length[length] = round(sum(values) / len(values), 2)
-        rows.append(("length", None, length, per_length[length], len(values)))
+        rows.append(("length", None, length, per_length[length], len(values), _fits(samples[samples.length == length])))
     if per_length:
-        rows.append(("overall", None, None, round(sum(per_length.values()) / len(per_length), 2), len(per_length)))
-    frame = pd.DataFrame(rows, columns=["scope", "task", "length", "score", "n"])
+        mean = round(sum(per_length.values()) / len(per_length), 2)
+        rows.append(("overall", None, None, mean, len(per_length), _fits(samples)))
+    frame = pd.DataFrame(rows, columns=["scope", "task", "length", "score", "n", "fit"])
     frame.insert(0, "model", model)
     frame["length"] = frame["length"].astype("Int64")
     return frame
+
+
+def _fits(part: pd.DataFrame) -> str:
+    return "+".join(sorted(set(part["fit"]))) if "fit" in part else "unrecorded"
 
 
 def overall(scores: pd.DataFrame) -> float | None:
