@@ -49,6 +49,7 @@ def test_listed_levels_come_first_with_their_own_tasks_then_the_grown_ones():
         ({"levels": [{"distance": [0, 8]}]}, "task mix needs"),  # no tasks anywhere
         ({"tasks": {"sing": 1}, "levels": [{}]}, "unknown task 'sing'"),
         ({"tasks": {"copy": 1}, "levels": [{"depth": 3}]}, "unknown level fields"),
+        ({"tasks": {"copy": 1}, "levels": [{"accuracy": 1.5}]}, "advance threshold in"),
         ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"steps": 5, "accuracy": 0.5}}, "advance is"),
         ({"tasks": {"copy": 1}, "levels": [{}], "speed": 1}, "unknown fields"),
         ({"tasks": {"copy": 1}, "levels": [{}], "prose": 1.0}, "prose is the share"),
@@ -65,6 +66,17 @@ def test_state_advances_on_accuracy_or_schedule():
     moves = [state.observe(step, acc, c) for step, acc in enumerate([0.9, 0.2, 0.2, 0.9, 0.9, 0.9, 0.9])]
     # means of the last 3: -, -, 0.43, 0.43, 0.67 (> 0.5: advance after step 4); then the last level is final
     assert moves == [False, False, False, False, True, False, False] and (state.level, state.since) == (1, 5)
+    own = {
+        **NEEDLES,
+        "levels": [{**NEEDLES["levels"][0], "accuracy": 0.3}, {}, {}],
+        "advance": {"accuracy": 0.5, "window": 3},
+    }
+    c = Curriculum.from_dict(own)
+    state = CurriculumState()
+    # level 0 has its own threshold 0.3: the mean 0.33 passes it after step 2; level 1 needs 0.5 again:
+    # 0.4 (steps 3-5) does not, 0.57 (steps 4-6) does; level 2 is the last
+    moves = [state.observe(step, acc, c) for step, acc in enumerate([0.4, 0.3, 0.3, 0.4, 0.4, 0.4, 0.9, 0.9])]
+    assert moves == [False, False, True, False, False, False, True, False] and state.level == 2
     c = Curriculum.from_dict({**NEEDLES, "levels": [*NEEDLES["levels"], {}], "advance": {"steps": 2}})
     state = CurriculumState()
     assert [state.observe(s, 0.0, c) for s in range(6)] == [False, True, False, True, False, False]
@@ -85,6 +97,43 @@ def test_rows_pack_examples_with_their_answers_as_targets():
     source.state.level = 1  # a harder level: facts far from their questions
     far = tok.decode(source.row(3, 1)[0].tolist())
     assert far != text
+
+
+def test_short_row_levels_cut_each_row_into_rows_packed_apart():
+    tok = ByteTokenizer()
+    raw = {
+        "tasks": {"copy": 1},
+        "levels": [{"tasks": {"repeat": 1}, "segment": [4, 8], "row": 40}, {"segment": [6, 10]}, {"row": None}],
+    }
+    c = Curriculum.from_dict(raw)
+    assert c.level_rows == (40, 40, None)  # inherited, then back to full rows
+    source = CurriculumSource(c, tok, seq_len=128, seed=0)
+    batches = source.micro_batches(0, 0, 1, batch_size=4, micro=2)
+    # 129 tokens per full row -> 3 rows of 41; a micro-batch of 2 full rows -> 6 rows of 40 inputs
+    assert [b.inputs.shape for b in batches] == [(6, 40), (6, 40)]
+    for b in batches:
+        assert (b.inputs[:, 0] == tok.eos_id).all()  # every row starts afresh
+        for row, mask in zip(b.inputs.tolist(), b.loss_mask.tolist(), strict=True):
+            docs, doc = [], []
+            for t in row:
+                if t == tok.eos_id:
+                    docs, doc = [*docs, doc], []
+                else:
+                    doc.append(t)
+            for whole in docs[1:]:  # complete examples (the first list is empty, the last may be cut)
+                half = len(whole) // 2
+                assert len(whole) >= 8 and whole[:half] == whole[half:]  # a segment twice, within this row
+            assert any(mask)
+    pieces = source.rows(0, 0)
+    seen = [tok.decode(t.tolist()) for t, _ in pieces]
+    assert len(set(seen)) == 3  # three different rows, not one row repeated
+    source.state.level = 2
+    assert [b.inputs.shape for b in source.micro_batches(0, 0, 1, 4, 2)] == [(2, 128), (2, 128)]
+    with pytest.raises(TrainError, match="row` is tokens per row"):
+        Curriculum.from_dict({**raw, "levels": [{"row": 2.5}]})
+    long = {"tasks": {"repeat": 1}, "levels": [{"segment": [30, 40], "row": 40}]}
+    with pytest.raises(TrainError, match="longer than the level's `row` 40; raise the level's `row`"):
+        CurriculumSource(Curriculum.from_dict(long), tok, seq_len=128, seed=0).rows(0, 0)
 
 
 def test_probe_prompts_end_where_the_answer_begins_and_score_exact_answers():

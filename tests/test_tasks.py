@@ -119,3 +119,19 @@ def test_repeat_is_a_symbol_string_twice_and_the_loss_counts_the_repeat_after_it
         assert 5 <= n <= 9 and ex.text[:n] == ex.text[n:] and set(ex.text) <= set(SYMBOLS)
         assert ex.loss_spans == ((n + 1, 2 * n),)
     assert len(SYMBOLS) == 64 and set("0123456789") <= set(SYMBOLS)
+
+
+def test_list_is_nouns_a_gap_of_prose_and_the_same_nouns_with_the_loss_after_the_first():
+    m = mix(Task.LIST, distance=(40, 80), segment=(20, 40))
+    nouns = set(words("nouns"))
+    for i in range(30):
+        ex = m.example(3, i)
+        ((start, end),) = ex.loss_spans
+        cue = ex.text.rindex(" ", 0, start) + 1
+        repeat = ex.text[cue:end]
+        assert end == len(ex.text) and ex.text.startswith(repeat + " ")  # the list opens the document
+        items = repeat.split(" ")
+        assert len(items) >= 2 and set(items) <= nouns and (len(repeat) >= 20 or len(items) == 2)
+        assert ex.text[start:end] == repeat[len(items[0]) :]  # every noun but the cue is a target
+        gap = ex.text[len(repeat) + 1 : cue - 1]
+        assert 40 - 2 <= len(gap) <= 80, len(gap)  # the prose between (cut to length, stripped)

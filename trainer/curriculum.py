@@ -14,10 +14,15 @@ and the probes to log::
     }
 
 * ``levels``: the task settings of each level, easy to hard (fields of
-  :class:`~headprobe.text.tasks.TaskSettings`, and ``tasks``: that level's own task weights; a level
-  repeats the previous one's fields it does not name). And/or ``grow``: distance levels
-  ``[lo/2, lo], [lo/2*f, lo*f], ...`` up to ``hi`` after the listed ones, the segment growing with the
-  distance up to its own cap (``segment_max``, default 96), with the file's ``tasks``.
+  :class:`~headprobe.text.tasks.TaskSettings`; ``tasks``: that level's own task weights; ``row``:
+  tokens per row, shorter than ``seq_len``: each ``seq_len`` row of the step is cut into rows of
+  ``row`` tokens packed apart, so a step holds as many tokens but a head sees fewer unrelated keys,
+  which is what lets a copy circuit form early (docs/training.md); ``accuracy``: that level's own
+  advance threshold, for tasks whose attainable accuracy is lower). A level repeats the previous one's
+  fields it does not name except ``accuracy`` (``"row": null`` returns to full rows); the ``grow``
+  levels use full rows. And/or ``grow``: distance levels ``[lo/2, lo], [lo/2*f, lo*f], ...`` up to
+  ``hi`` after the listed ones, the segment growing with the distance up to its own cap
+  (``segment_max``, default 96), with the file's ``tasks``.
 * ``advance``: ``{"accuracy": a, "window": n}`` moves to the next level once the mean training accuracy
   on the target tokens over the last ``n`` steps exceeds ``a`` (an adaptive curriculum, driven by what
   the model has learned); ``{"steps": k}`` moves every ``k`` steps (a schedule).
@@ -55,6 +60,8 @@ class Curriculum:
     tasks: dict[str, float]
     levels: tuple[TaskSettings, ...]
     level_tasks: tuple[dict[str, float], ...] = ()  # each level's task weights (default: ``tasks``)
+    level_rows: tuple[int | None, ...] = ()  # each level's tokens per row (None: ``seq_len``)
+    level_accuracy: tuple[float | None, ...] = ()  # each level's advance threshold (None: ``accuracy``)
     accuracy: float | None = 0.85
     window: int = 20
     steps: int | None = None
@@ -80,7 +87,7 @@ class Curriculum:
         if unknown:
             raise TrainError(f"{where}: unknown fields {unknown}")
         try:
-            levels, level_tasks = _levels(raw)
+            levels, level_tasks, level_rows, level_accuracy = _levels(raw)
             for tasks, settings in zip(level_tasks, levels, strict=True):
                 TaskMix(tasks, settings)  # validates the task names and weights
         except (ValueError, TypeError, KeyError) as err:
@@ -95,6 +102,8 @@ class Curriculum:
             tasks={str(k): float(v) for k, v in (raw.get("tasks") or {}).items()},
             levels=tuple(levels),
             level_tasks=tuple(level_tasks),
+            level_rows=tuple(level_rows),
+            level_accuracy=tuple(level_accuracy),
             accuracy=advance.get("accuracy"),
             window=int(advance.get("window", 20)),
             steps=advance.get("steps"),
@@ -108,25 +117,42 @@ class Curriculum:
         i = min(level, len(self.levels) - 1)
         return TaskMix(self.level_tasks[i] if self.level_tasks else self.tasks, self.levels[i])
 
+    def row_tokens(self, level: int, seq_len: int) -> int:
+        """Tokens per row at ``level`` (at most ``seq_len``)."""
+        rows = self.level_rows[min(level, len(self.levels) - 1)] if self.level_rows else None
+        return min(rows or seq_len, seq_len)
+
     def identity(self) -> str:
         """A digest of the file's content (part of the run's data identity)."""
         return hashlib.sha256(json.dumps(self.source, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _levels(raw: dict[str, Any]) -> tuple[list[TaskSettings], list[dict[str, float]]]:
-    """Each level's settings and task weights: the listed ``levels``, then the ``grow`` ones."""
+def _levels(
+    raw: dict[str, Any],
+) -> tuple[list[TaskSettings], list[dict[str, float]], list[int | None], list[float | None]]:
+    """Each level's settings, task weights, row length and advance threshold: the listed ``levels``, then
+    the ``grow`` ones. A level's ``accuracy`` is its own, not inherited."""
     if "levels" not in raw and "grow" not in raw:
         raise ValueError("give `levels` (a list), `grow` (a distance range and factor) or both")
     tasks = {str(k): float(v) for k, v in (raw.get("tasks") or {}).items()}
-    out, weights, current = [], [], {}
+    out, weights, rows, thresholds, current = [], [], [], [], {}
     for level in raw.get("levels", []):
-        extra = set(level) - set(_SETTINGS) - {"tasks"}
+        extra = set(level) - set(_SETTINGS) - {"tasks", "row", "accuracy"}
         if extra:
-            raise ValueError(f"unknown level fields {sorted(extra)}; a level sets tasks, {', '.join(_SETTINGS)}")
-        current = {**current, **level}
-        settings = {k: tuple(v) if isinstance(v, list) else v for k, v in current.items() if k != "tasks"}
+            fields = ", ".join(("tasks", "row", "accuracy", *_SETTINGS))
+            raise ValueError(f"unknown level fields {sorted(extra)}; a level sets {fields}")
+        accuracy = level.get("accuracy")
+        if accuracy is not None and not 0 < accuracy < 1:
+            raise ValueError(f"a level's `accuracy` is an advance threshold in (0, 1) (got {accuracy!r})")
+        thresholds.append(accuracy)
+        current = {**current, **{k: v for k, v in level.items() if k != "accuracy"}}
+        settings = {k: tuple(v) if isinstance(v, list) else v for k, v in current.items() if k not in ("tasks", "row")}
         out.append(TaskSettings(**settings))
         weights.append({str(k): float(v) for k, v in current.get("tasks", tasks).items()})
+        row = current.get("row")
+        if row is not None and (not isinstance(row, int) or row < 8):
+            raise ValueError(f"a level's `row` is tokens per row, an integer >= 8 (got {row!r})")
+        rows.append(row)
     if "levels" in raw and not out:
         raise ValueError("`levels` is empty")
     if "grow" in raw:
@@ -139,10 +165,12 @@ def _levels(raw: dict[str, Any]) -> tuple[list[TaskSettings], list[dict[str, flo
             top = int(min(d, hi))
             out.append(TaskSettings(distance=(top // 2, top), segment=(8, max(16, min(cap, top)))))
             weights.append(tasks)
+            rows.append(None)
+            thresholds.append(None)
             if top >= hi:
                 break
             d *= factor
-    return out, weights
+    return out, weights, rows, thresholds
 
 
 @dataclass
@@ -162,7 +190,9 @@ class CurriculumState:
             advance = step + 1 - self.since >= c.steps
         else:
             self.recent = [*self.recent, accuracy][-c.window :]
-            advance = len(self.recent) == c.window and sum(self.recent) / c.window > (c.accuracy or 0.0)
+            own = c.level_accuracy[self.level] if c.level_accuracy else None
+            threshold = own if own is not None else (c.accuracy or 0.0)
+            advance = len(self.recent) == c.window and sum(self.recent) / c.window > threshold
         if advance:
             self.level, self.since, self.recent = self.level + 1, step + 1, []
         return advance
@@ -197,30 +227,53 @@ class CurriculumSource:
         return {"kind": "curriculum", "curriculum": self.c.identity(), "prose": bool(self.prose)}
 
     def row(self, step: int, row: int) -> tuple[np.ndarray, np.ndarray]:
-        """Row ``row`` of ``step``: tokens and target mask (``seq_len + 1`` each)."""
+        """Row ``row`` of ``step`` at full length: tokens and target mask (``seq_len + 1`` each). At a
+        level with shorter rows, the pieces of :meth:`rows` joined."""
+        pieces = self.rows(step, row)
+        return np.concatenate([t for t, _ in pieces]), np.concatenate([m for _, m in pieces])
+
+    def rows(self, step: int, row: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The training rows that make up row ``row`` of ``step``: one of ``seq_len + 1`` tokens, or, at a
+        level with ``row`` tokens per row, ``(seq_len + 1) // (row + 1)`` rows of ``row + 1`` packed apart."""
         rng = np.random.default_rng([self.seed, step, row])
+        width = self.c.row_tokens(self.state.level, self.seq_len)
+        count = 1 if width >= self.seq_len else (self.seq_len + 1) // (width + 1)
         if self.prose is not None and rng.random() < self.c.prose:
-            return self.prose.item(int(rng.integers(len(self.prose))))[0], np.ones(self.seq_len + 1, dtype=bool)
+            text = self.prose.item(int(rng.integers(len(self.prose))))[0]
+            w = len(text) if count == 1 else width + 1
+            return [(text[i * w : (i + 1) * w], np.ones(w, dtype=bool)) for i in range(count)]
+        base = (step * 1_000_003 + row) * 4096  # a distinct range of example indices per row
+        out, used = [], 0
+        for _ in range(count):
+            tokens, mask, n = self._packed(width, base + used)
+            out.append((tokens, mask))
+            used += n
+        return out
+
+    def _packed(self, width: int, first: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """``width + 1`` tokens (and their target mask) of examples ``first, first + 1, ...`` of the current
+        level, each after an end-of-text token; also how many examples were drawn."""
         mix, eos = self.c.mix(self.state.level), self.tokenizer.eos_id
         ids: list[int] = [eos]
         mask: list[bool] = [False]
-        base = (step * 1_000_003 + row) * 4096  # a distinct range of example indices per row
         k = 0
-        while len(ids) < self.seq_len + 1:
-            ex = mix.example(self.seed, base + k)
+        while len(ids) < width + 1:
+            ex = mix.example(self.seed, first + k)
             tokens, flags = encode_spans(self.tokenizer, ex.text, ex.loss_spans or [(0, len(ex.text))])
-            if k == 0 and len(tokens) + 1 > self.seq_len:  # later examples may be cut; the first must fit
+            if k == 0 and len(tokens) + 1 > width:  # later examples may be cut; the first must fit
+                what = "`seq_len`" if width == self.seq_len else "the level's `row`"
                 raise TrainError(
                     f"curriculum level {self.state.level} ({mix.settings.distance[1]} characters apart) makes "
-                    f"a {ex.kind} example of {len(tokens):,} tokens, longer than `seq_len` {self.seq_len:,}; "
-                    "raise `seq_len` or lower the level's distance"
+                    f"a {ex.kind} example of {len(tokens):,} tokens, longer than {what} {width:,}; "
+                    f"raise {what} or lower the level's distance"
                 )
             ids += [*tokens, eos]
             mask += [*flags, False]
             k += 1
-        return np.asarray(ids[: self.seq_len + 1]), np.asarray(mask[: self.seq_len + 1])
+        return np.asarray(ids[: width + 1]), np.asarray(mask[: width + 1]), k
 
     def micro_batches(self, step: int, rank: int, world: int, batch_size: int, micro: int) -> list[Batch]:
         per = batch_size // world
-        rows = [self.row(step, r) for r in range(rank * per, (rank + 1) * per)]
-        return [collate(rows[i : i + micro], self.pad_id) for i in range(0, per, micro)]
+        rows = [self.rows(step, r) for r in range(rank * per, (rank + 1) * per)]
+        # a micro-batch holds the pieces of `micro` full rows, so tokens per micro-batch stay the same
+        return [collate([p for r in rows[i : i + micro] for p in r], self.pad_id) for i in range(0, per, micro)]

@@ -63,7 +63,7 @@ class Probe:
             ids, offsets = tokenizer.encode_offsets(ex.text)
             cut = next(j for j, (a, _) in enumerate(offsets) if a >= start)
             stop = next((j for j, (a, _) in enumerate(offsets) if a >= end), len(ids))
-            if self.task in (Task.COPY, Task.REPEAT):
+            if self.task in (Task.COPY, Task.LIST, Task.REPEAT):
                 stop = min(stop, cut + COPY_TOKENS)
             out.append(([tokenizer.eos_id, *ids[:cut]], ids[cut:stop]))
         return out

@@ -14,6 +14,10 @@ per-token loss mask for any tokenizer. Distances are in characters (tokens for t
                counts the value only (the restatement is context, as RULER's answer prefixes are)
 ``magic``      RULER's needle phrasing ("One of the special magic numbers for shaky-seeker is: 2461937.")
                in our prose, asked with RULER's question and answer prefix; the loss counts the number
+``list``       random nouns (each 1-4 tokens of a BPE, thousands to choose from), a gap of prose, the same
+               nouns again; the loss counts the repeat after its first noun. A copy warm-up with few
+               look-alikes: in a packed row a noun seldom occurs in another example, whereas digits,
+               symbols and prose words occur everywhere and make "find the earlier occurrence" ambiguous
 ``repeat``     a string of random symbols (digits and letters) repeated at once, nothing between; the loss
                counts the repeat after its first symbol: exact copying of what nothing else predicts
 ``prose``      the built-in corpus' prose; every token counts
@@ -42,6 +46,7 @@ class Task(Choice, what="task"):
     RECALL = "recall"
     NEEDLE = "needle"
     MAGIC = "magic"
+    LIST = "list"
     REPEAT = "repeat"
     PROSE = "prose"
 
@@ -135,6 +140,18 @@ def copy_example(w: Writer, s: TaskSettings) -> TaskExample:
     return TaskExample(text, ((start, len(text)),), "copy")
 
 
+def list_example(w: Writer, s: TaskSettings) -> TaskExample:
+    n_chars = w.rng.randint(*s.segment)
+    picked = [w.rng.choice(w.nouns), w.rng.choice(w.nouns)]
+    while len(" ".join(picked)) < n_chars:
+        picked.append(w.rng.choice(w.nouns))
+    segment = " ".join(picked)
+    gap = _prose(w, w.rng.randint(*s.distance)).strip()
+    text = " ".join(part for part in (segment, gap, segment) if part)
+    start = len(text) - len(segment) + segment.index(" ")  # the repeat's first noun is its cue
+    return TaskExample(text, ((start, len(text)),), "list")
+
+
 def recall_example(w: Writer, s: TaskSettings) -> TaskExample:
     n = w.rng.randint(*s.pairs)
     pairs: dict[str, str] = {}
@@ -218,6 +235,7 @@ GENERATORS = {
     Task.RECALL: recall_example,
     Task.NEEDLE: needle_example,
     Task.MAGIC: magic_example,
+    Task.LIST: list_example,
     Task.REPEAT: repeat_example,
     Task.PROSE: prose_example,
 }
