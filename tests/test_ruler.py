@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import Counter
 
@@ -343,6 +344,41 @@ def test_squad_and_hotpotqa_loaders(tmp_path):
     assert "Document 1:" in s["input"] and "Document 0:" not in s["input"]
     assert "The Oulu river flows north into the bay." in s["input"]
     assert s["outputs"] == ["north into the bay", "north"] and s["source"].startswith("squad:")
+
+
+def test_qa_documents_are_chosen_and_ordered_as_rulers_qa_py(tmp_path):
+    def article(title, n):
+        paragraphs = [{"context": f"{title} paragraph {i} says {i * 7}.", "qas": []} for i in range(n)]
+        paragraphs[0]["qas"] = [
+            {"question": f"What does {title} paragraph 0 say?", "id": title, "is_impossible": False,
+             "answers": [{"text": "0", "answer_start": 0}, {"text": "0", "answer_start": 0}]}
+        ]  # fmt: skip
+        return {"title": title, "paragraphs": paragraphs}
+
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"version": "v2.0", "data": [article("Alpha", 5), article("Beta", 20)]}))
+    squad = load_squad(path)
+    assert squad.questions[0].answers == ("0", "0")  # RULER keeps every answer text, duplicates too
+    gen = RulerGenerator(ByteTokenizer(), seed=42, qa_files={"squad": path})
+    task = TASKS["qa_1"]
+    for n in (3, 8):
+        order = list(range(n))
+        random.Random(42).shuffle(order)  # RULER: random.Random(args.random_seed).shuffle(all_docs), gold first
+        for index in (0, 1):  # a question of Alpha (4 related paragraphs) and one of Beta (19)
+            draft = gen._qa_draft(task, random.Random(f"42/qa_1/4096/{index}"), 4000, 4096, index)[0]
+            text = draft.render(n)[0]
+            docs = re.findall(r"Document (\d+):\n(\w+) paragraph (\d+)", text)
+            assert [int(d[0]) for d in docs] == list(range(1, n + 1))
+            own = "Alpha" if index == 0 else "Beta"
+            gold = next(int(d[0]) for d in docs if d[1] == own and d[2] == "0")
+            assert gold == order.index(0) + 1  # the same fixed-seed shuffle for every sample
+            same_article = sum(d[1] == own for d in docs)
+            if index == 0 and n == 8:  # more than the related ones: all of them, then others
+                assert same_article == 5
+            else:  # a sample of the related ones only
+                assert same_article == n
+    hotpot = load_hotpotqa(_hotpot(tmp_path))
+    assert hotpot.documents == sorted(hotpot.documents)  # RULER sorts the unique documents
 
 
 def test_bad_inputs(tmp_path):

@@ -592,23 +592,25 @@ class RulerGenerator:
     def _qa_draft(self, task: Task, rng: random.Random, budget: int, length: int, index: int):
         qa = self.qa_set(task.dataset or "squad")
         question = qa.questions[index % len(qa.questions)]  # RULER: questions in file order
-        gold = list(question.gold)
-        taken = set(gold)
-        distractors: list[int] = [i for i in question.related if i not in taken]
-        taken.update(distractors)
-        pick = random.Random(rng.random())
+        gold, related = list(question.gold), [i for i in question.related if i not in question.gold]
+        # RULER's choice of documents: while the related ones (the article's other paragraphs) suffice,
+        # a random sample of them; beyond, all of them and a random sample of the rest
+        taken = set(gold) | set(related)
+        others: list[int] = []
+        pick, pick_related = random.Random(rng.random()), rng.random()
 
         def docs_for(n: int) -> list[int]:
-            while len(gold) + len(distractors) < n and len(taken) < qa.size:
+            if n - len(gold) <= len(related):
+                return gold + random.Random(pick_related).sample(related, max(0, n - len(gold)))
+            while len(gold) + len(related) + len(others) < n and len(taken) < qa.size:
                 j = pick.randrange(qa.size)
                 if j not in taken:
                     taken.add(j)
-                    distractors.append(j)
-            return gold + distractors[: max(0, n - len(gold))]
+                    others.append(j)
+            return gold + related + others[: n - len(gold) - len(related)]
 
         head, tail = T.QA_TEMPLATE.format(context="\x00", query=question.question).split("\x00")
         fixed = self.counter.one(head + tail + T.QA_PREFIX)
-        shuffle_seed = rng.random()
 
         def doc_counts(n: int) -> np.ndarray:
             ids = docs_for(n)
@@ -620,7 +622,7 @@ class RulerGenerator:
 
         def render(n: int):
             ids = docs_for(n)
-            random.Random(shuffle_seed).shuffle(ids)
+            random.Random(self.seed).shuffle(ids)  # as RULER: one fixed-seed shuffle, the same for every sample
             context = "\n\n".join(f"Document {i + 1}:\n{qa.document(j)}" for i, j in enumerate(ids))  # as RULER
             return head + context + tail, T.QA_PREFIX, list(question.answers)
 

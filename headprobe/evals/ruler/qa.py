@@ -60,9 +60,9 @@ def _read_json(path: Path):
 
 
 def load_squad(path: str | Path) -> QASet:
-    """SQuAD v2.0 (``dev-v2.0.json``): documents are the unique paragraph contexts (sorted); only
-    answerable questions, with all their gold answer texts; distractors come first from the same
-    article."""
+    """SQuAD v2.0 (``dev-v2.0.json``), read as RULER's ``read_squad``: documents are the unique
+    paragraph contexts (sorted); only answerable questions, in file order, with every gold answer text
+    (duplicates kept); a question's related documents are the other paragraphs of its article."""
     path = Path(path)
     raw = _read_json(path)
     try:
@@ -77,7 +77,7 @@ def load_squad(path: str | Path) -> QASet:
                 for qa in paragraph["qas"]:
                     if qa.get("is_impossible", False):
                         continue
-                    answers = tuple(dict.fromkeys(a["text"] for a in qa["answers"]))
+                    answers = tuple(a["text"] for a in qa["answers"])
                     related = tuple(i for i in own if i != gold)
                     questions.append(Question(qa["question"], answers, (gold,), related))
     except (KeyError, TypeError) as err:
@@ -88,24 +88,23 @@ def load_squad(path: str | Path) -> QASet:
 
 
 def load_hotpotqa(path: str | Path) -> QASet:
-    """HotpotQA dev-distractor (``hotpot_dev_distractor_v1.json``): a document is
-    ``title + "\\n" + "".join(sentences)``; each question keeps its own 10 context documents."""
+    """HotpotQA dev-distractor (``hotpot_dev_distractor_v1.json``), read as RULER's ``read_hotpotqa``: a
+    document is ``title + "\\n" + "".join(sentences)``, the unique ones sorted; each question keeps its
+    own 10 context documents (all of them gold, in the file's order)."""
     path = Path(path)
     raw = _read_json(path)
     try:
-        docs: dict[str, int] = {}
+        texts = sorted({title + "\n" + "".join(sentences) for item in raw for title, sentences in item["context"]})
+        docs = {doc: i for i, doc in enumerate(texts)}
         questions = []
         for item in raw:
-            own = []
-            for title, sentences in item["context"]:
-                doc = title + "\n" + "".join(sentences)
-                own.append(docs.setdefault(doc, len(docs)))
-            questions.append(Question(item["question"], (item["answer"],), tuple(own)))
+            own = tuple(docs[title + "\n" + "".join(sentences)] for title, sentences in item["context"])
+            questions.append(Question(item["question"], (item["answer"],), own))
     except (KeyError, TypeError, ValueError) as err:
         raise QAFileError(f"{path} is not in HotpotQA format (a list of question/answer/context): {err}") from None
     if not questions:
         raise QAFileError(f"{path} holds no HotpotQA questions")
-    return QASet(list(docs), len(docs), questions, f"hotpotqa:{path}")
+    return QASet(texts, len(texts), questions, f"hotpotqa:{path}")
 
 
 # ---------------------------------------------------------------------------------------------
