@@ -10,10 +10,12 @@ Writes a Markdown table to stdout (paste it into docs/evaluation.md with the mac
     python benchmarks/ruler_side_by_side.py --ruler ~/src/RULER --tokenizer path/to/hf-tokenizer-folder
 
 RULER's scripts need ``wonderwords``, ``nltk``, ``tenacity`` and ``transformers`` importable by the
-``python`` on PATH (add a folder with ``--pythonpath``). The default tasks need no data download;
-essay tasks need RULER's ``json/PaulGrahamEssays.json`` and nltk's punkt, qa tasks SQuAD/HotpotQA.
-The tokenizer folder must load with ``AutoTokenizer`` (a ``tokenizer.json`` and a
-``tokenizer_config.json``); ``--tokenizer toy`` writes one for headprobe's built-in toy BPE.
+``python`` on PATH (add a folder with ``--pythonpath``). Nothing is downloaded: both sides read the same
+data, headprobe's built-in essay and QA sets written in RULER's file formats into a copy of RULER's
+scripts (``json/PaulGrahamEssays.json``, ``squad.json``, ``hotpotqa.json``). Without nltk's punkt
+download RULER's essays are split by an untrained Punkt (the table says which). The tokenizer folder
+must load with ``AutoTokenizer`` (a ``tokenizer.json`` and a ``tokenizer_config.json``);
+``--tokenizer toy`` writes one for headprobe's built-in toy BPE.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,13 +35,22 @@ from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.model.tokenizer import load_tokenizer
 
-DEFAULT_TASKS = ["niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt", "cwe", "fwe"]
+RULER_TASKS = {  # RULER's synthetic.yaml names
+    "niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
+    "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2",
+}  # fmt: skip
+DEFAULT_TASKS = [name for name in TASKS if name in RULER_TASKS]
 NEEDLE_LINE = re.compile(r"One of the special magic \w+ for \S+ is: \S+\.")
 
 
 def units(task: str, text: str) -> int:
     """Haystack units of a sample's input, counted from its text alone."""
     family = TASKS[task].family
+    if family == "niah" and TASKS[task].haystack == "essay":  # words of the essay, needles left out
+        context = text.split("afterwards.\n", 1)[1].rsplit("\nWhat ", 1)[0]
+        return len(NEEDLE_LINE.sub(" ", context).split())
+    if family == "qa":
+        return len(re.findall(r"^Document \d+:$", text, flags=re.M))
     if family == "niah" and TASKS[task].haystack == "noise":
         return text.count(T.NOISE_SENTENCE)
     if family == "niah":  # needle haystack: every needle line, less the real ones
@@ -55,6 +67,13 @@ def units(task: str, text: str) -> int:
 
 def masked(text: str) -> str:
     """The template text: random items replaced by placeholders, runs of haystack collapsed to one."""
+    if "afterwards.\n" in text and "\nWhat " in text:  # an essay haystack: the prose between needles
+        head, rest = text.split("afterwards.\n", 1)
+        context, tail = rest.rsplit("\nWhat ", 1)
+        pieces = re.split(f"({NEEDLE_LINE.pattern})", context)
+        context = " ".join(p if NEEDLE_LINE.fullmatch(p) else "<essay>" for p in pieces if p.strip())
+        text = head + "afterwards.\n" + context + "\nWhat " + tail
+    text = re.sub(r"(Document \d+:\n)[^\n]*", r"\1<doc>", text)
     text = text.replace(T.NOISE_SENTENCE, "<noise>")
     text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
     text = re.sub(r"\d+\. \S+", "<item>", text)
@@ -63,14 +82,84 @@ def masked(text: str) -> str:
     text = re.sub(r"\b(?!VAR\b)[A-Z]{3,5}\b", "<name>", text)
     text = re.sub(r"\b[a-z]{6}\b", "<word>", text) if "coded words" in text else text
     text = text.replace("...", "<word>") if "coded words" in text else text
-    for unit in ("<noise>", "<item>", "<word>"):
+    for unit in ("<noise>", "<item>", "<word>", "<essay>"):
         text = re.sub(rf"{unit}(?:\s*{unit})+", unit, text)
     lines = text.split("\n")
     return "\n".join(line for i, line in enumerate(lines) if i == 0 or line != lines[i - 1])
 
 
+# nltk's trained punkt model cannot be downloaded offline; RULER's scripts then split essays with an
+# untrained Punkt (the same algorithm without learned abbreviations). Installed only when punkt is absent.
+PUNKT_SHIM = """
+import nltk, nltk.tokenize
+try:
+    nltk.data.find("tokenizers/punkt_tab")
+except LookupError:
+    _punkt = nltk.tokenize.PunktSentenceTokenizer()
+    nltk.tokenize.sent_tokenize = lambda text, language="english": _punkt.tokenize(text)
+"""
+
+
+def builtin_data(ruler: Path, work: Path) -> tuple[Path, dict[str, Path]]:
+    """A copy of RULER's scripts whose ``json/`` holds headprobe's built-in data in RULER's file formats
+    (the essay as ``PaulGrahamEssays.json``, the built-in QA sets as SQuAD v2 and HotpotQA files), and
+    the same data as the files headprobe reads."""
+    from headprobe.evals.ruler.generate import EssayCorpus
+    from headprobe.evals.ruler.qa import builtin_qa
+
+    scripts = work / "RULER" / "scripts"
+    shutil.copytree(ruler / "scripts", scripts)
+    folder = scripts / "data" / "synthetic" / "json"
+    essay = " ".join(EssayCorpus().first(200_000))
+    (folder / "PaulGrahamEssays.json").write_text(json.dumps({"text": essay}))
+    (work / "essay.txt").write_text(essay)
+    squad = builtin_qa("squad", 400)
+    articles = [
+        {
+            "title": f"article {a}",
+            "paragraphs": [
+                {
+                    "context": squad.document(q.gold[0]),
+                    "qas": [
+                        {
+                            "question": q.question,
+                            "id": str(i),
+                            "is_impossible": False,
+                            "answers": [{"text": t, "answer_start": 0} for t in q.answers],
+                        }
+                    ],
+                }
+                for i, q in enumerate(squad.questions[5 * a : 5 * a + 5], start=5 * a)
+            ],
+        }
+        for a in range(len(squad.questions) // 5)
+    ]
+    (folder / "squad.json").write_text(json.dumps({"version": "v2.0", "data": articles}))
+    hotpot = builtin_qa("hotpotqa", 400)
+
+    def titled(i: int) -> list:
+        text = hotpot.document(i)
+        return [f"doc {i}", [text]]
+
+    items = [
+        {
+            "_id": str(i),
+            "question": q.question,
+            "answer": q.answers[0],
+            "context": [titled(j) for j in (*q.gold, *range(2 * i + 2, 2 * i + 10))],
+        }
+        for i, q in enumerate(hotpot.questions)
+    ]
+    (folder / "hotpotqa.json").write_text(json.dumps(items))
+    return work / "RULER", {"squad": folder / "squad.json", "hotpotqa": folder / "hotpotqa.json"}
+
+
 def ruler_samples(ruler: Path, task: str, length: int, n: int, tokenizer: Path, out: Path, path: str) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH", "")) if p)}
+    shim = out.parent / "punkt-shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    (shim / "sitecustomize.py").write_text(PUNKT_SHIM)
+    paths = (str(shim), path, os.environ.get("PYTHONPATH", ""))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     cmd = [
         sys.executable, "prepare.py", "--save_dir", str(out), "--benchmark", "synthetic", "--task", task,
         "--tokenizer_path", str(tokenizer), "--tokenizer_type", "hf", "--max_seq_length", str(length),
@@ -103,12 +192,14 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ruler-side-by-side-"))
     folder = toy_tokenizer_folder(work / "tokenizer") if args.tokenizer == "toy" else Path(args.tokenizer)
-    ours = RulerGenerator(load_tokenizer(str(folder / "tokenizer.json")), seed=42, fit="ruler")
+    ruler, qa_files = builtin_data(args.ruler, work)
+    tokenizer = load_tokenizer(str(folder / "tokenizer.json"))
+    ours = RulerGenerator(tokenizer, seed=42, fit="ruler", haystack_files=[work / "essay.txt"], qa_files=qa_files)
     print(f"{args.length:,} tokens, {args.samples} samples, tokenizer {args.tokenizer}\n")
     print("| task | RULER units | headprobe units | RULER tokens | headprobe tokens | template |")
     print("|---|---|---|---|---|---|")
     for task in args.tasks.split(","):
-        theirs = ruler_samples(args.ruler, task, args.length, args.samples, folder, work / "ruler", args.pythonpath)
+        theirs = ruler_samples(ruler, task, args.length, args.samples, folder, work / "ruler", args.pythonpath)
         mine = [ours.sample(task, args.length, i) for i in range(args.samples)]
         gen = TASKS[task].tokens_to_generate
         r_units, o_units = [units(task, s["input"]) for s in theirs], [units(task, s["input"]) for s in mine]
