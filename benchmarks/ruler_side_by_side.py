@@ -65,27 +65,47 @@ def units(task: str, text: str) -> int:
     raise ValueError(f"{task}: no unit count")
 
 
+MASKED_NEEDLE = re.compile(r"One of the special magic \w+ for <key> is: <\w+>\.")
+MASKED_VAR = re.compile(r"VAR <name> = (?:<n>|VAR <name>)\.?\s*")
+
+
 def masked(text: str) -> str:
-    """The template text: random items replaced by placeholders, runs of haystack collapsed to one."""
-    if "afterwards.\n" in text and "\nWhat " in text:  # an essay haystack: the prose between needles
-        head, rest = text.split("afterwards.\n", 1)
-        context, tail = rest.rsplit("\nWhat ", 1)
-        pieces = re.split(f"({NEEDLE_LINE.pattern})", context)
-        context = " ".join(p if NEEDLE_LINE.fullmatch(p) else "<essay>" for p in pieces if p.strip())
-        text = head + "afterwards.\n" + context + "\nWhat " + tail
-    text = re.sub(r"(Document \d+:\n)[^\n]*", r"\1<doc>", text)
+    """The template text, what a seed cannot change: random items replaced by placeholders (UUIDs,
+    numbers, word keys, variable names, cwe list items, coded words, QA documents), an essay's prose
+    replaced by ``<essay>`` and the needle forms it holds, and every run of haystack lines (noise,
+    needles, variable assignments: their order is random) by the sorted set of its distinct lines."""
+    cwe, coded = "Below is a numbered list" in text, "coded words" in text
+    text = re.sub(r"(Document \d+:\n)(?:doc \d+\n)?[^\n]*", r"\1<doc>", text)  # hotpot: a title line
+    # word keys (RULER's nouns may hold a space) where needles and questions name them
+    text = re.sub(r"(special magic \w+ for )([^:?]+?)( is: | mentioned in)", r"\1<key>\3", text)
     text = text.replace(T.NOISE_SENTENCE, "<noise>")
     text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
-    text = re.sub(r"\d+\. \S+", "<item>", text)
+    text = re.sub(r"\d+\. \S+", "<item>", text) if cwe else text
     text = re.sub(r"\d+", "<n>", text)
-    text = re.sub(r"\b[a-z]+-[a-z]+\b", "<key>", text)
+    text = re.sub(r"\b[a-z]+(?:-[a-z]+)+\b", "<key>", text)
     text = re.sub(r"\b(?!VAR\b)[A-Z]{3,5}\b", "<name>", text)
-    text = re.sub(r"\b[a-z]{6}\b", "<word>", text) if "coded words" in text else text
-    text = text.replace("...", "<word>") if "coded words" in text else text
-    for unit in ("<noise>", "<item>", "<word>", "<essay>"):
+    if coded:
+        text = re.sub(r"\b[a-z]{6}\b", "<word>", text).replace("...", "<word>")
+    lines = []
+    for line in text.split("\n"):
+        needles = MASKED_NEEDLE.findall(line)
+        if needles and len(MASKED_NEEDLE.sub(" ", line).split()) > 30:  # an essay with needles inside
+            line = "<essay> " + " ".join(sorted(set(needles)))
+        lines.append(line)
+    out: list[str] = []
+    run: list[str] = []
+    for line in [*lines, None]:
+        if line is not None and (line == "<noise>" or MASKED_NEEDLE.fullmatch(line) or MASKED_VAR.fullmatch(line)):
+            run.append(line)
+            continue
+        out += sorted(set(run))
+        run = []
+        if line is not None:
+            out.append(line)
+    text = "\n".join(out)
+    for unit in ("<item>", "<word>"):
         text = re.sub(rf"{unit}(?:\s*{unit})+", unit, text)
-    lines = text.split("\n")
-    return "\n".join(line for i, line in enumerate(lines) if i == 0 or line != lines[i - 1])
+    return text
 
 
 # nltk's trained punkt model cannot be downloaded offline; RULER's scripts then split essays with an
@@ -104,12 +124,14 @@ def builtin_data(ruler: Path, work: Path) -> tuple[Path, dict[str, Path]]:
     """A copy of RULER's scripts whose ``json/`` holds headprobe's built-in data in RULER's file formats
     (the essay as ``PaulGrahamEssays.json``, the built-in QA sets as SQuAD v2 and HotpotQA files), and
     the same data as the files headprobe reads."""
-    from headprobe.evals.ruler.generate import EssayCorpus
+    from headprobe.evals.ruler.generate import EssayCorpus, _pseudo_word
     from headprobe.evals.ruler.qa import builtin_qa
 
     scripts = work / "RULER" / "scripts"
-    shutil.copytree(ruler / "scripts", scripts)
+    shutil.copytree(ruler / "scripts", scripts, dirs_exist_ok=True)
     folder = scripts / "data" / "synthetic" / "json"
+    # cwe's word list beyond wonderwords' (a git-LFS file absent from a checkout): our pseudo-words
+    (folder / "english_words.json").write_text(json.dumps({str(i): _pseudo_word(i) for i in range(50_000)}))
     essay = " ".join(EssayCorpus().first(200_000))
     (folder / "PaulGrahamEssays.json").write_text(json.dumps({"text": essay}))
     (work / "essay.txt").write_text(essay)
@@ -155,6 +177,11 @@ def builtin_data(ruler: Path, work: Path) -> tuple[Path, dict[str, Path]]:
 
 
 def ruler_samples(ruler: Path, task: str, length: int, n: int, tokenizer: Path, out: Path, path: str) -> list[dict]:
+    """RULER's samples of ``task``: ``out/<task>/validation.jsonl``, made by RULER's ``prepare.py`` unless
+    an earlier run left it there (``--reuse``)."""
+    done = out / task / "validation.jsonl"
+    if done.is_file() and len(done.read_text().splitlines()) == n:
+        return [json.loads(line) for line in done.read_text().splitlines()]
     shim = out.parent / "punkt-shim"
     shim.mkdir(parents=True, exist_ok=True)
     (shim / "sitecustomize.py").write_text(PUNKT_SHIM)
@@ -166,9 +193,11 @@ def ruler_samples(ruler: Path, task: str, length: int, n: int, tokenizer: Path, 
         "--model_template_type", "base", "--num_samples", str(n),
     ]  # fmt: skip
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")  # prepare.py calls `python`
-    subprocess.run(cmd, cwd=ruler / "scripts" / "data", env=env, check=True, capture_output=True)
-    with open(out / task / "validation.jsonl") as f:
-        return [json.loads(line) for line in f]
+    run = subprocess.run(cmd, cwd=ruler / "scripts" / "data", env=env, capture_output=True, text=True)
+    if run.returncode or not done.is_file():
+        last = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"RULER's prepare.py failed: {last[0][:160]}")
+    return [json.loads(line) for line in done.read_text().splitlines()]
 
 
 def toy_tokenizer_folder(where: Path) -> Path:
@@ -189,31 +218,41 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS))
     ap.add_argument("--pythonpath", default="", help="folder with RULER's requirements")
+    ap.add_argument("--reuse", type=Path, help="the work folder of an earlier run: RULER's samples there are reused")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="ruler-side-by-side-"))
+    work = args.reuse or Path(tempfile.mkdtemp(prefix="ruler-side-by-side-"))
+    print(f"work folder {work}", file=sys.stderr)
     folder = toy_tokenizer_folder(work / "tokenizer") if args.tokenizer == "toy" else Path(args.tokenizer)
     ruler, qa_files = builtin_data(args.ruler, work)
     tokenizer = load_tokenizer(str(folder / "tokenizer.json"))
     ours = RulerGenerator(tokenizer, seed=42, fit="ruler", haystack_files=[work / "essay.txt"], qa_files=qa_files)
-    print(f"{args.length:,} tokens, {args.samples} samples, tokenizer {args.tokenizer}\n")
-    print("| task | RULER units | headprobe units | RULER tokens | headprobe tokens | template |")
-    print("|---|---|---|---|---|---|")
-    for task in args.tasks.split(","):
-        theirs = ruler_samples(ruler, task, args.length, args.samples, folder, work / "ruler", args.pythonpath)
-        mine = [ours.sample(task, args.length, i) for i in range(args.samples)]
+    print(f"{args.samples} samples per task, tokenizer {args.tokenizer}, seed 42 (RULER's default)\n")
+    print("| task @ length | RULER size (largest sample) | headprobe size | RULER units per sample | headprobe units "
+          "| RULER tokens | headprobe tokens | template |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for item in args.tasks.split(","):
+        task, _, at = item.partition("@")
+        length = int(at or args.length)
+        out = work / ("ruler" if length == args.length else f"ruler-{length}")
+        try:
+            theirs = ruler_samples(ruler, task, length, args.samples, folder, out, args.pythonpath)
+        except RuntimeError as err:
+            print(f"| {task} @ {length:,} | {err} | | | | | | |")
+            continue
+        mine = [ours.sample(task, length, i) for i in range(args.samples)]
         gen = TASKS[task].tokens_to_generate
+        size = ours.ruler_size(TASKS[task], length, length - gen) if task != "fwe" else None
         r_units, o_units = [units(task, s["input"]) for s in theirs], [units(task, s["input"]) for s in mine]
         r_tok, o_tok = [s["length"] - gen for s in theirs], [s["token_count"] for s in mine]
-        same = masked(theirs[0]["input"] + theirs[0]["answer_prefix"]) == masked(
-            mine[0]["input"] + mine[0]["answer_prefix"]
-        )
+        a = masked(theirs[0]["input"] + theirs[0]["answer_prefix"])
+        b = masked(mine[0]["input"] + mine[0]["answer_prefix"])
         print(
-            f"| {task} | {min(r_units)}–{max(r_units)} | {min(o_units)}–{max(o_units)} | "
-            f"{min(r_tok):,}–{max(r_tok):,} | {min(o_tok):,}–{max(o_tok):,} | {'equal' if same else 'differs'} |"
+            f"| {task} @ {length:,} | {max(r_units)} | {size if size is not None else max(o_units)} | "
+            f"{', '.join(map(str, r_units))} | {', '.join(map(str, o_units))} | "
+            f"{min(r_tok):,}–{max(r_tok):,} | {min(o_tok):,}–{max(o_tok):,} | {'equal' if a == b else 'differs'} |"
         )
-        if not same:
-            a = masked(theirs[0]["input"] + theirs[0]["answer_prefix"]).splitlines()
-            b = masked(mine[0]["input"] + mine[0]["answer_prefix"]).splitlines()
+        if a != b:
+            a, b = a.splitlines(), b.splitlines()
             diff = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             print(f"  first difference at line {diff}: RULER {a[diff : diff + 1]} | headprobe {b[diff : diff + 1]}")
 

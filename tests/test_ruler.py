@@ -127,7 +127,7 @@ def test_singular_rewrite(samples):
 
 @pytest.mark.parametrize("tok_name", ["byte", "bpe"])
 def test_every_answer_is_in_the_input(samples, tok_name):
-    _, rows = samples[tok_name]
+    tok, rows = samples[tok_name]
     for s in rows:
         task, text = TASKS[s["task"]], s["input"]
         if task.family == "niah":
@@ -156,6 +156,19 @@ def test_every_answer_is_in_the_input(samples, tok_name):
             names = r"[A-Z]{3}(?: [A-Z]{3}){" + str(task.num_hops) + "}"  # num_hops + 1 names
             assert re.search(r"they are:  " + names + r"\n\nMemorize and track", text)
             assert all(len(name) == 5 for name in s["outputs"])
+            # its size as RULER's variable_tracking.py finds it: the most noise lines with the example's
+            # template and answer prefix within 500 tokens (re-counted here at n and n + 1 lines)
+            example = text[: text.rindex("Memorize and track")]
+            question = example[: example.rindex(" Answer: ")]
+            n = example.count(SPEC["noise"])
+            one_more = question.replace(SPEC["noise"], SPEC["noise"] + "\n" + SPEC["noise"], 1)
+            answer = example[example.rindex(" Answer: ") : example.rindex("they are:") + len("they are:")]
+            if s["wrapper"] == T.BASE_WRAPPER:
+                size = len(tok.encode(question + answer + " "))
+                if size <= 500:
+                    assert len(tok.encode(one_more + answer + " ")) > 500 and n >= 5
+                else:  # not even 5 lines fit (a tiny vocabulary): RULER's search falls back to one step
+                    assert n == 5
         elif task.family == "cwe":
             main = text[text.rindex("Below is a numbered list") :]
             counts = Counter(re.findall(r"\d+\. (\S+)", main))
@@ -173,13 +186,33 @@ def test_every_answer_is_in_the_input(samples, tok_name):
             assert numbers == list(range(1, len(numbers) + 1))  # numbered from 1, as RULER (i + 1)
 
 
-def _probe_tokens(gen, task, length, n):
-    """Tokens of the probe sample RULER's size search renders (a sample of its own, not one of those
-    generated), at size ``n``; counted independently here."""
+def _probe_tokens(gen, task, length, n, probe=0):
+    """Tokens of probe sample ``probe`` (``probe-<i>``: a sample of its own, not one of those generated)
+    at size ``n``, counted independently here; and the budget."""
     budget = length - task.tokens_to_generate
-    draft = gen._draft(task, budget, length, "probe")[0]
+    draft = gen._draft(task, budget, length, f"probe-{probe}")[0]
     text, prefix, _ = draft.render(n)
     return len(gen.tokenizer.encode(text + prefix)), budget
+
+
+def _rulers_search(gen, task, length, step):
+    """RULER's size search re-derived from its scripts (niah.py, variable_tracking.py, qa.py,
+    common_words_extraction.py): an estimate from one sample, then a binary search in which every test
+    draws a fresh sample (here: probe 0 for the estimate, probes 1, 2, ... for the tests)."""
+    if task.family == "cwe":
+        hi = int(length // (_probe_tokens(gen, task, length, 4096)[0] / 4096)) * 2
+    else:
+        hi = int(length / (_probe_tokens(gen, task, length, step)[0] / step) * 3)
+    lo, hi, best, probe = step, max(hi, 2 * step), None, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        tokens, budget = _probe_tokens(gen, task, length, mid, probe)
+        probe += 1
+        if tokens <= budget:
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return step if best is None else best
 
 
 @pytest.mark.parametrize("name", ["niah_multikey_2", "niah_single_1", "vt", "qa_1", "cwe"])
@@ -189,9 +222,8 @@ def test_ruler_fit_is_one_size_per_task_and_length_shrunk_by_whole_steps(bpe, na
     rows = [gen.sample(task, length, i) for i in range(4)]
     step = {"niah_multikey_2": 25, "niah_single_1": 25, "vt": 10, "qa_1": 10, "cwe": 10}[name]  # RULER's scripts
     size = gen.ruler_size(task, length, length - task.tokens_to_generate)
-    below, budget = _probe_tokens(gen, task, length, size)
-    above, _ = _probe_tokens(gen, task, length, size + 1)
-    assert below <= budget < above  # the largest size at which RULER's probe fits
+    assert size == _rulers_search(gen, task, length, step)
+    budget = length - task.tokens_to_generate
     for s in rows:
         assert s["fit"] == "ruler" and (size - s["size"]) % step == 0 and s["size"] <= size
         assert s["token_count"] == len(bpe.encode(s["input"] + s["answer_prefix"])) <= budget
@@ -212,6 +244,8 @@ def test_ruler_fit_of_fwe_is_rulers_linear_search(bpe):
     step = budget // 32
     size = gen.ruler_size(task, length, budget)
     assert (size - budget // 6) % step == 0  # from budget // 6 up in steps of budget // 32
+    # one sample throughout (RULER's fwe draws its vocabulary once per call): the first size to reach
+    # the budget stops the search, and the size is one step below it
     assert _probe_tokens(gen, task, length, size)[0] < budget <= _probe_tokens(gen, task, length, size + step)[0]
     s = gen.sample(task, length, 0)
     assert s["fit"] == "ruler" and s["size"] <= size and (size - s["size"]) % step == 0
@@ -483,7 +517,7 @@ def test_batched_eval_predicts_what_one_at_a_time_does(tmp_path, monkeypatch):
     torch.manual_seed(3)
     model = HeadprobeModel(Transformer(preset("toy-k64v16")).double(), ByteTokenizer(), "toy")
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: model)
-    settings = RulerSettings(tasks=["vt", "qa_1"], lengths=[1024], samples=3)
+    settings = RulerSettings(tasks=["niah_multikey_3", "qa_1"], lengths=[1024], samples=3)
     evaluate("toy", tmp_path / "one", settings, progress=False, batch_size=1)
     evaluate("toy", tmp_path / "three", settings, progress=False, batch_size=3)
     mixed = 0
@@ -607,7 +641,17 @@ def test_eval_several_checkpoints_isolates_failures(tmp_path):
         torch.manual_seed(ord(name))
         save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / name)
     args = ["ruler", "eval", str(tmp_path / "a"), str(tmp_path / "missing"), str(tmp_path / "b")]
-    opts = ["--tasks", "vt,qa_1", "--lengths", "1024", "--samples", "2", "--out", str(tmp_path / "r"), "--no-progress"]
+    opts = [
+        "--tasks",
+        "niah_single_1,qa_1",
+        "--lengths",
+        "1024",
+        "--samples",
+        "2",
+        "--out",
+        str(tmp_path / "r"),
+        "--no-progress",
+    ]
     res = CliRunner().invoke(app, [*args, *opts], env={"COLUMNS": "300"})
     assert res.exit_code == 1 and "missing" in res.output and "does not exist" in res.output
     run = json.loads((tmp_path / "r" / "run.json").read_text())
@@ -616,7 +660,7 @@ def test_eval_several_checkpoints_isolates_failures(tmp_path):
     assert set(grid.model) == {"a", "b"}
     for name in ("a", "b"):
         own = read_table(tmp_path / "r" / name / "ruler_scores.parquet")
-        assert own.meta.checkpoint == str(tmp_path / name) and set(per_task(own.frame)) == {"vt", "qa_1"}
+        assert own.meta.checkpoint == str(tmp_path / name) and set(per_task(own.frame)) == {"niah_single_1", "qa_1"}
         assert overall(grid[grid.model == name]) == overall(own.frame)
     assert not (tmp_path / "r" / "missing").exists()
     (tmp_path / "x").mkdir()
@@ -624,3 +668,19 @@ def test_eval_several_checkpoints_isolates_failures(tmp_path):
     assert res.exit_code == 2 and "share a results folder" in res.output
     res = CliRunner().invoke(app, ["ruler", "eval", str(tmp_path / "a"), "--tasks", "niah_single_9"])
     assert res.exit_code == 2 and "niah_single_9" in res.output
+
+
+def test_vt_example_is_the_most_noise_lines_within_500_tokens():
+    """RULER's variable_tracking.py sizes its in-context example by binary search: the most noise lines
+    with the example's template and answer prefix within 500 tokens (with the toy BPE: about 12 lines;
+    re-counted here at n and n + 1 lines)."""
+    from headprobe.text.toy_tokenizer import open_tokenizer
+
+    tok = open_tokenizer("toy")
+    text = RulerGenerator(tok, seed=5).sample("vt", 4096, 0)["input"]
+    example = text[: text.rindex("Memorize and track")]
+    question, answer = example[: example.rindex(" Answer: ")], example[example.rindex(" Answer: ") :]
+    answer = answer[: answer.index("they are:") + len("they are: ")]
+    one_more = question.replace(SPEC["noise"], SPEC["noise"] + "\n" + SPEC["noise"], 1)
+    assert len(tok.encode(question + answer)) <= 500 < len(tok.encode(one_more + answer))
+    assert example.count(SPEC["noise"]) >= 8

@@ -26,6 +26,7 @@ Sample fields follow RULER: ``index``, ``input`` (the prompt without the answer 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import string
@@ -289,17 +290,22 @@ class RulerGenerator:
         return text, prefix, outputs, self.counter.one(text + prefix)
 
     def ruler_size(self, task: Task, length: int, budget: int) -> int:
-        """RULER's one size for ``task`` at ``length``, found on a probe sample: the largest size whose
-        rendered probe fits (a binary search from one step up to 3x the length over the probe's tokens
-        per unit at one step; cwe: 2x, per unit at 4,096 words), or for ``fwe`` a linear search up
-        from ``budget // 6`` in steps, then one step back; one step when nothing fits."""
+        """RULER's one size for ``task`` at ``length``, found on probe samples as RULER's scripts find it:
+        each test draws a fresh probe (``probe-0``, ``probe-1``, ...: samples of their own, not among
+        those generated), as every ``generate_input_output`` call of RULER's draws new random needles.
+        ``probe-0`` gives the tokens per unit for the upper bound (3x the length over the tokens per unit
+        at one step; cwe: 2x, per unit at 4,096 words); a binary search from one step up to it keeps the
+        last size whose probe fit. ``fwe``: RULER's linear search on one sample (its vocabulary is drawn
+        once per call): up from ``budget // 6`` in steps until ``probe-0`` reaches the budget, then one
+        step back. One step when nothing fits."""
         key = (task.name, length)
         if key not in self._sizes:
-            probe = self._draft(task, budget, length, "probe")[0]
+            probes = (self._draft(task, budget, length, f"probe-{i}")[0] for i in itertools.count())
+            probe = next(probes)
             step = ruler_step(task, length, budget)
             if task.family == "fwe":
                 n = budget // 6
-                while self._count(probe, n)[3] < budget:
+                while self._count(probe, n)[3] < budget:  # one sample throughout, as RULER's fwe
                     n += step
                 size = n - step
             else:  # RULER's bounds: one step, and 3x (cwe: 2x) the tokens-per-unit estimate
@@ -311,7 +317,7 @@ class RulerGenerator:
                 lo, hi, size = step, max(hi, 2 * step), step
                 while lo <= hi:
                     mid = (lo + hi) // 2
-                    if self._count(probe, mid)[3] <= budget:
+                    if self._count(next(probes), mid)[3] <= budget:
                         size, lo = mid, mid + 1
                     else:
                         hi = mid - 1
@@ -453,13 +459,31 @@ class RulerGenerator:
             lines.insert(int(at * (n + 1)) + offset, line)
         return "\n".join(lines).replace(". \n", ".\n")
 
+    def _vt_example_size(self, chain: list[str], slots: list[float], value: str, num_v: int) -> int:
+        """Noise lines of vt's in-context example as RULER's ``variable_tracking.py`` sizes it: the largest
+        count whose example (template and answer prefix) is at most 500 tokens, by its binary search from
+        5 lines (upper bound 3x 500 over the tokens per line at 5 lines)."""
+
+        def tokens(n: int) -> int:
+            text = T.VT_TEMPLATE.format(context=self._vt_text(chain, slots, n), query=value)
+            return self.counter.one(text + T.VT_PREFIX.format(num_v=num_v, query=value))
+
+        step = 5
+        lo, hi, size = step, max(int(500 / (tokens(step) / step) * 3), 2 * step), step
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if tokens(mid) <= 500:
+                size, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return size
+
     def _vt(self, task: Task, rng: random.Random, budget: int, length: int, index: int):
         num_v = task.num_hops + 1
         # the in-context example, as RULER builds it: a small sample (about 500 tokens) with 3-letter
         # names, its answer after the prefix and one more space, a newline, then a blank line
         ex_names, ex_value, ex_chain, ex_slots = self._vt_parts(task, rng, 3)
-        ex_unit = self.counter.one(T.NOISE_SENTENCE + "\n")
-        ex_n = max(1, (500 - self.counter.one(T.VT_TEMPLATE + T.VT_PREFIX) - 60) // ex_unit)
+        ex_n = self._vt_example_size(ex_chain, ex_slots, ex_value, num_v)
         example = (
             T.VT_TEMPLATE.format(context=self._vt_text(ex_chain, ex_slots, ex_n), query=ex_value)
             + T.VT_PREFIX.format(num_v=num_v, query=ex_value)
