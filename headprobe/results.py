@@ -180,12 +180,16 @@ def read_table(path: str | Path) -> Table:
     return Table(pd.read_parquet(path), meta)
 
 
-def collect(folder: str | Path, table: str) -> pd.DataFrame:
+def collect(folder: str | Path, table: str, recursive: bool = False) -> pd.DataFrame:
     """One table over every model of a results folder: ``OUT/<table>.parquet`` and
-    ``OUT/*/<table>.parquet`` concatenated (every table has a ``model`` column); empty when none."""
+    ``OUT/*/<table>.parquet`` concatenated (every table has a ``model`` column); empty when none.
+    ``recursive``: every ``<table>.parquet`` below ``folder`` (a study's ``analysis/``, ``ruler/``, ...)."""
     folder = Path(folder)
-    paths = [p for p in [table_path(folder, table)] if p.is_file()]
-    paths += sorted(p for p in folder.glob(f"*/{table}.parquet") if p.is_file())
+    if recursive:
+        paths = sorted(p for p in folder.rglob(f"{table}.parquet") if p.is_file())
+    else:
+        paths = [p for p in [table_path(folder, table)] if p.is_file()]
+        paths += sorted(p for p in folder.glob(f"*/{table}.parquet") if p.is_file())
     frames = [read_table(p).frame for p in paths]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

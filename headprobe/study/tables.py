@@ -64,15 +64,11 @@ STUDY_SHORTCTX = Schema(
 SCHEMAS = (STUDY_RUNS, STUDY_PROBES, STUDY_HEADS, STUDY_RULER, STUDY_SHORTCTX)
 
 
-def spread(
-    frame: pd.DataFrame, index: Sequence[str], columns: Sequence[str], value: str, scale: float = 1.0, digits: int = 1
-) -> pd.DataFrame:
-    """A wide table of ``value`` (times ``scale``) averaged over seeds, ``index`` as rows and ``columns`` as
-    columns; each cell is ``"mean"`` or, with several seeds, ``"mean ± sd"`` (sd over seeds)."""
-    if frame.empty:
-        return pd.DataFrame()
-    per_seed = frame.groupby([*index, *columns, "seed"], dropna=False)[value].mean().reset_index()
-    stats = per_seed.groupby([*index, *columns], dropna=False)[value].agg(["mean", "std", "count"]).reset_index()
+def mean_sd(frame: pd.DataFrame, index: Sequence[str], value: str, scale: float = 1.0, digits: int = 1) -> pd.DataFrame:
+    """The ``index`` columns and ``cell``: ``value`` (times ``scale``) averaged per seed, then over seeds,
+    as ``"mean"`` or, with several seeds, ``"mean ± sd"`` (sd over seeds); ``"n/a"`` where all are missing."""
+    per_seed = frame.groupby([*index, "seed"], dropna=False)[value].mean().reset_index()
+    stats = per_seed.groupby(list(index), dropna=False)[value].agg(["mean", "std", "count"]).reset_index()
 
     def cell(row: pd.Series) -> str:
         if pd.isna(row["mean"]):
@@ -80,7 +76,18 @@ def spread(
         text = f"{row['mean'] * scale:.{digits}f}"
         return text + (f" ± {row['std'] * scale:.{digits}f}" if row["count"] > 1 else "")
 
-    stats["cell"] = stats.apply(cell, axis=1)
+    stats["cell"] = [cell(row) for _, row in stats.iterrows()]
+    return stats[[*index, "cell"]]
+
+
+def spread(
+    frame: pd.DataFrame, index: Sequence[str], columns: Sequence[str], value: str, scale: float = 1.0, digits: int = 1
+) -> pd.DataFrame:
+    """A wide table of ``value`` (times ``scale``) averaged over seeds, ``index`` as rows and ``columns`` as
+    columns; each cell is :func:`mean_sd`'s."""
+    if frame.empty:
+        return pd.DataFrame()
+    stats = mean_sd(frame, [*index, *columns], value, scale, digits)
     wide = stats.pivot_table(index=list(index), columns=list(columns), values="cell", aggfunc="first")
     wide.columns = [" ".join(str(c) for c in (col if isinstance(col, tuple) else (col,))) for col in wide.columns]
     return wide.reset_index()
