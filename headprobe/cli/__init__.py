@@ -8,6 +8,7 @@ ruler       ``headprobe ruler generate|eval``
 shortctx    ``headprobe shortctx eval``
 plan        ``headprobe plan``
 study       ``headprobe study``, ``headprobe demo`` (the study's demo profile)
+figures     ``headprobe figures``: the study's figures and tables (the ``figures`` package)
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
 progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import typer
 
-from headprobe.cli import analyze, plan, ruler, shortctx, study
+from headprobe.cli import analyze, figures, plan, ruler, shortctx, study
 from headprobe.cli.train import add_trainer_commands
 
 app = typer.Typer(
@@ -38,4 +39,5 @@ app.add_typer(shortctx_app, name="shortctx")
 app.command("plan")(plan.plan)
 app.command("study")(study.study)
 app.command("demo")(study.demo)
+app.command("figures")(figures.figures)
 add_trainer_commands(app)  # the bundled trainer, found as a plugin (headprobe never imports it)

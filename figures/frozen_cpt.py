@@ -1,0 +1,38 @@
+"""The frozen-projection experiment: RULER-style score after cpt with attention trained vs frozen."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from figures import plot, style
+from figures.data import MissingInput, Results
+from figures.spec import Spec
+
+RUNS = ("cpt", "cpt-frozen")
+
+
+def build(results: Results) -> Figure:
+    frame = results.table("study_ruler")
+    frame = frame[frame.run.isin(RUNS)]
+    if frame.run.nunique() < 2:
+        raise MissingInput("needs RULER-style scores of both cpt and cpt-frozen runs")
+    colors = style.member_colors(results.members())
+    members = style.member_order(frame.member)
+    fig, ax = plt.subplots(figsize=(style.COLUMN_WIDTH, 2.3))
+    plot.seed_bars(ax, frame, "score", "run", list(RUNS), members, colors)
+    ax.set_ylabel("RULER-style score (0-100, mean over lengths)")
+    ax.set_title("cpt with attention trained vs frozen")
+    plot.hue_legend(ax, RUNS, loc="upper left")
+    return fig
+
+
+SPEC = Spec(
+    "frozen_cpt",
+    "Continual pretraining with attention trained vs frozen",
+    "figure",
+    ("study_ruler", "study_runs"),
+    "A member whose score drops when its attention projections are frozen during cpt needed to retrain "
+    "attention for long context; a small drop means the head shape it had already carried retrieval.",
+    build,
+)

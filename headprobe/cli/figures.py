@@ -1,0 +1,36 @@
+"""``headprobe figures``: every figure and table of the study from a results folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from headprobe.cli.common import fail, wide_console, words
+
+
+def figures(
+    ctx: typer.Context,
+    results: Annotated[Path, typer.Argument(help="a results folder (what `headprobe study` wrote)")],
+    out: Annotated[Path, typer.Option(help="folder for the figures and tables")] = Path("figures-out"),
+    only: Annotated[str | None, typer.Option(help="comma list of figure names (default: all)")] = None,
+    format: Annotated[str, typer.Option("--format", help="comma list of png, pdf, svg")] = "png",
+) -> None:
+    """Draw every figure (png/pdf/svg) and table (md/tex/csv) of the study that the results allow; the
+    others are listed with what they lack."""
+    from figures import SPECS, draw
+    from headprobe.results import ResultsError
+
+    console = wide_console()
+    try:
+        report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
+    except (ValueError, ResultsError) as err:
+        raise fail(err, ctx) from None
+    for name, paths in report.drawn.items():
+        console.print(f"[green]drew[/] {name}: " + ", ".join(str(p) for p in paths))
+    for name, why in report.skipped.items():
+        console.print(f"[yellow]skipped[/] {name}: {why}")
+    if not report.drawn:
+        raise fail(f"nothing to draw from {results}: no figure's inputs are there (run `headprobe study` first)", ctx)
+    console.print(f"{len(report.drawn)} drawn, {len(report.skipped)} skipped, in {report.out}")

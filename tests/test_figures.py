@@ -1,0 +1,313 @@
+"""Figures and tables drawn from small tidy fixture tables: what each figure plots, read back from its
+matplotlib artists, equals the values the fixture was built from (computed here by hand from the same
+formulas), and the tables print exactly those values with the stated rounding."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PathCollection
+from typer.testing import CliRunner
+
+import figures
+from figures import (
+    attention_entropy,
+    effective_rank,
+    frozen_cpt,
+    loss_vs_retrieval,
+    probes,
+    qk_vs_v,
+    retrieval_heads,
+    retrieval_heads_table,
+    ruler_by_length,
+    ruler_table,
+    short_context,
+    style,
+    token_reordering,
+)
+from figures.data import MissingInput, Results
+from figures.tables import latex, write
+from headprobe.cli import app
+from headprobe.results import TableMeta, write_table
+
+MEMBERS = ("toy-d16", "toy-d64", "toy-k64v16")
+SEEDS = (0, 1)
+RUNS = ("pt", "cpt", "cpt-frozen")
+LENGTHS = (512, 1024)
+BASE = {"toy-d16": 10.0, "toy-d64": 30.0, "toy-k64v16": 40.0}
+RUN_OFFSET = {"pt": -20.0, "cpt": 0.0, "cpt-frozen": -8.0}
+
+
+def model(member: str, seed: int, run: str) -> str:
+    return f"{member}-s{seed}-{run}"
+
+
+def ruler_score(member: str, seed: int, run: str, length: int) -> float:
+    return BASE[member] + 10 * seed + RUN_OFFSET[run] - (5 if length == 1024 else 0)
+
+
+def fraction(member: str, seed: int, run: str) -> float:
+    """Retrieval-head share; toy-d16 never kept a sample (NaN)."""
+    if member == "toy-d16":
+        return math.nan
+    return {"toy-d64": 0.25, "toy-k64v16": 0.5}[member] + (0.0 if run == "pt" else 0.25) - 0.125 * seed
+
+
+def _write(folder, name, rows, sub="tables"):
+    frame = pd.DataFrame(rows)
+    write_table(folder / sub / f"{name}.parquet", frame, TableMeta(table=name))
+
+
+@pytest.fixture()
+def results(tmp_path):
+    who = [(m, s, r) for m in MEMBERS for s in SEEDS for r in RUNS]
+    _write(tmp_path, "study_runs", [
+        {"model": model(m, s, r), "member": m, "seed": s, "run": r, "stage": r.split("-")[0], "freeze": None,
+         "steps": 10, "tokens": 100, "final_loss": 2.0 + BASE[m] / 100 + s / 10}
+        for m, s, r in who
+    ])  # fmt: skip
+    _write(tmp_path, "study_ruler", [
+        {"model": model(m, s, r), "member": m, "seed": s, "run": r, "length": n, "score": ruler_score(m, s, r, n)}
+        for m, s, r in who if r != "pt" for n in LENGTHS
+    ])  # fmt: skip
+    _write(tmp_path, "study_heads", [
+        {"model": model(m, s, r), "member": m, "seed": s, "run": r, "length": 512, "layer_type": lt,
+         "retrieval_heads": fraction(m, s, r) * 8, "heads": 8.0, "fraction": fraction(m, s, r),
+         "n_kept": 0.0 if m == "toy-d16" else 4.0}
+        for m, s, r in who for lt in ("full", "sliding", "all")
+    ])  # fmt: skip
+    _write(tmp_path, "study_probes", [
+        {"model": model(m, s, "pt"), "member": m, "seed": s, "run": "pt", "task": "needle", "distance": d,
+         "samples": 8, "accuracy": BASE[m] / 100 * (1 if d == 500 else 0.5)}
+        for m in MEMBERS for s in SEEDS for d in (500, 1500)
+    ])  # fmt: skip
+    _write(tmp_path, "study_shortctx", [
+        {"model": model(m, s, "pt"), "member": m, "seed": s, "run": "pt", "task": "arc", "metric": k,
+         "value": 0.25 + 0.125 * s + (0.0625 if k == "acc_norm" else 0.0)}
+        for m in MEMBERS for s in SEEDS for k in ("acc", "acc_norm")
+    ])  # fmt: skip
+    for m, s, r in who:
+        name = model(m, s, r)
+        heads = [(layer, h) for layer in (1, 3) for h in range(2)]
+        _write(tmp_path, "entropy", [
+            {"model": name, "layer": layer, "head": h, "layer_type": "full", "value": 1.0,
+             "norm_value": 0.1 * (layer + h), "max_prob": 0.5, "mean_distance": 3.0, "length": 512, "sample": 0}
+            for layer, h in heads
+        ], f"analysis/{name}")  # fmt: skip
+        _write(tmp_path, "reordering", [
+            {"model": name, "layer": layer, "head": h, "layer_type": "full", "value": 0.2 + 0.05 * h, "length": 512}
+            for layer, h in heads
+        ], f"analysis/{name}")  # fmt: skip
+        _write(tmp_path, "erank", [
+            {"model": name, "layer": layer, "site": "block_out", "layer_type": "full", "value": BASE[m] + layer + s,
+             "centered": 1.0, "tokens": 10, "length": 512}
+            for layer in (-1, 0, 1)
+        ], f"analysis/{name}")  # fmt: skip
+        _write(tmp_path, "ruler_scores", [
+            {"model": name, "scope": "task", "task": t, "length": n, "score": ruler_score(m, s, r, n) + k, "n": 4,
+             "fit": "ruler"}
+            for k, t in enumerate(("niah_single_1", "vt")) for n in LENGTHS
+        ] + [
+            {"model": name, "scope": "overall", "task": None, "length": None,
+             "score": np.mean([ruler_score(m, s, r, n) for n in LENGTHS]) + 0.5, "n": 2, "fit": "ruler"}
+        ], f"ruler/{name}")  # fmt: skip
+    return tmp_path
+
+
+def _lines(ax):
+    return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def test_member_colours_follow_the_head_shape():
+    colors = style.member_colors(["toy-k16v64", "toy-d64", "toy-d16", "toy-k64v16", "mystery"])
+    assert style.member_order(colors) == ["toy-d16", "toy-d64", "toy-k64v16", "toy-k16v64", "mystery"]
+    r, g, b, _ = colors["toy-d64"]
+    assert b > r and b > g  # blue family
+    r, g, b, _ = colors["toy-k64v16"]
+    assert r > b  # orange
+    r, g, b, _ = colors["toy-k16v64"]
+    assert g > r and g > b  # green
+    assert sum(colors["toy-d64"][:3]) < sum(colors["toy-d16"][:3])  # wider is darker
+    assert style.shape("0.6b-k512v128") == style.Shape(512, 128) and style.shape("mystery") is None
+
+
+def test_ruler_by_length_plots_the_seed_mean_per_member_and_length(results):
+    fig = ruler_by_length.build(Results(results))
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["after cpt", "after cpt-frozen"]
+    for ax, run in zip(axes, ("cpt", "cpt-frozen"), strict=True):
+        lines = _lines(ax)
+        assert set(lines) == set(MEMBERS)
+        for m in MEMBERS:
+            x, y = lines[m].get_data()
+            assert list(x) == list(LENGTHS)
+            # mean over seeds 0 and 1 of BASE + 10*seed + offset - 5*(length == 1024)
+            assert list(y) == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run], BASE[m] + 5 + RUN_OFFSET[run] - 5])
+        seeds = [c for c in ax.collections if c.get_label() == "_seeds:toy-d64"]
+        assert len(seeds) == 1 and len(seeds[0].get_offsets()) == len(SEEDS) * len(LENGTHS)
+        colors = style.member_colors(MEMBERS)
+        assert lines["toy-k64v16"].get_color() == colors["toy-k64v16"]
+    plt.close(fig)
+
+
+def test_retrieval_heads_bars_are_seed_means_and_say_what_is_missing(results):
+    fig = retrieval_heads.build(Results(results))
+    for ax in fig.axes:
+        bars = {c.get_label(): c for c in ax.containers if hasattr(c, "patches")}
+        assert list(bars) == list(RUNS)
+        for run, container in bars.items():
+            heights = [p.get_height() for p in container.patches]
+            expected = [np.nanmean([fraction(m, s, run) for s in SEEDS]) if m != "toy-d16" else 0.0 for m in MEMBERS]
+            assert heights == pytest.approx(expected)
+            assert [p.get_gid() for p in container.patches] == ["missing", "value", "value"]
+        texts = " ".join(t.get_text() for t in ax.texts)
+        assert "no kept needle sample" in texts and "toy-d16" in texts
+        assert not [c for c in ax.collections if c.get_label().startswith("published")]  # toys: none published
+    plt.close(fig)
+
+
+def test_published_values_are_drawn_for_members_of_the_studys_scale(results):
+    frame = pd.DataFrame([
+        {"model": f"{m}-{r}", "member": m, "seed": 0, "run": r, "length": 4096, "layer_type": lt,
+         "retrieval_heads": 1.0, "heads": 4.0, "fraction": 0.1, "n_kept": 3.0}
+        for m in ("0.6b-d128", "0.6b-d512") for r in ("pt", "cpt") for lt in ("full", "all")
+    ])  # fmt: skip
+    folder = results / "scale"
+    write_table(folder / "tables" / "study_heads.parquet", frame, TableMeta(table="study_heads"))
+    fig = retrieval_heads.build(Results(folder))
+    stars = [c for c in fig.axes[1].collections if c.get_label() == "published (the study)"]
+    assert len(stars) == 1
+    assert sorted(stars[0].get_offsets()[:, 1]) == pytest.approx([0.073, 0.25])
+    assert not [c for c in fig.axes[0].collections if c.get_label() == "published (the study)"]  # full layers
+    plt.close(fig)
+
+
+def test_frozen_cpt_compares_trained_and_frozen_attention(results):
+    fig = frozen_cpt.build(Results(results))
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers if hasattr(c, "patches")}
+    for run in ("cpt", "cpt-frozen"):  # mean over seeds and lengths
+        assert bars[run] == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
+    plt.close(fig)
+
+
+def test_loss_vs_retrieval_pairs_pt_loss_with_cpt_score(results):
+    fig = loss_vs_retrieval.build(Results(results))
+    ax = fig.axes[0]
+    points = {c.get_label(): c.get_offsets() for c in ax.collections}
+    for m in MEMBERS:
+        got = sorted(map(tuple, points[m]))
+        want = sorted((2.0 + BASE[m] / 100 + s / 10, BASE[m] + 10 * s - 2.5) for s in SEEDS)
+        assert np.allclose(got, want)
+    # six points; loss and score both rise with BASE and seed: Spearman rho is 1 here
+    assert ax.get_title() == "Spearman rho = 1.00 over 6 runs"
+    plt.close(fig)
+
+
+def test_effective_rank_lines_per_layer(results):
+    fig = effective_rank.build(Results(results))
+    assert [ax.get_title() for ax in fig.axes] == list(RUNS)
+    x, y = _lines(fig.axes[0])["toy-d64"].get_data()
+    assert list(x) == [-1, 0, 1] and list(y) == pytest.approx([30 + layer + 0.5 for layer in (-1, 0, 1)])
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [(attention_entropy, [0.1, 0.2, 0.3, 0.4]), (token_reordering, [0.2, 0.2, 0.25, 0.25])],
+)
+def test_per_head_figures_plot_every_full_head(results, module, expected):
+    fig = module.build(Results(results))
+    ax = fig.axes[0]
+    for m in MEMBERS:
+        for r in RUNS:
+            (points,) = [c for c in ax.collections if isinstance(c, PathCollection) and c.get_label() == f"{m}:{r}"]
+            # 4 heads x 2 seeds, averaged over nothing else: each head's value twice
+            assert sorted(points.get_offsets()[:, 1]) == pytest.approx(sorted(expected * 2))
+    plt.close(fig)
+
+
+def test_probes_panel_per_task(results):
+    fig = probes.build(Results(results))
+    (ax,) = fig.axes
+    x, y = _lines(ax)["toy-k64v16"].get_data()
+    assert list(x) == [500, 1500] and list(y) == pytest.approx([40.0, 20.0])
+    plt.close(fig)
+
+
+def test_qk_vs_v_panels(results):
+    fig = qk_vs_v.build(Results(results))
+    ruler_ax, heads_ax = fig.axes
+    heights = [p.get_height() for p in ruler_ax.patches]
+    assert heights == pytest.approx([BASE[m] + 5 - 2.5 for m in MEMBERS])  # after cpt, mean over seeds, lengths
+    assert [t.get_text() for t in ruler_ax.get_xticklabels()] == ["d16", "d64", "k64v16"]
+    heads = [p.get_height() for p in heads_ax.patches]
+    assert np.isnan(heads[0]) and heads[1:] == pytest.approx([0.4375, 0.6875])
+    plt.close(fig)
+
+
+def test_ruler_table_cells_are_mean_and_sd_over_seeds(results, tmp_path):
+    table = ruler_table.build(Results(results))
+    cells = table.cells.set_index(["run", "member"])
+    # niah_single_1 (k = 0): mean over lengths of BASE + 10s + offset - 2.5, seeds 0 and 1 -> sd of (x, x + 10)
+    assert cells.loc[("cpt", "toy-d64"), "niah_single_1"] == "32.5 ± 7.1"
+    assert cells.loc[("cpt", "toy-d64"), "vt"] == "33.5 ± 7.1"
+    assert cells.loc[("cpt-frozen", "toy-d16"), "overall"] == "5.0 ± 7.1"  # 10 + 5 - 8 - 2.5 + 0.5
+    assert list(table.cells.member[:3]) == list(MEMBERS) and "published overall" not in table.cells
+    paths = write(table, tmp_path / "t2")
+    md, tex, csv = (p.read_text() for p in paths)
+    assert "| cpt | toy-d64 | 32.5 ± 7.1 | 33.5 ± 7.1 |" in md.replace("| toy-d64 | cpt |", "| cpt | toy-d64 |")
+    assert r"32.5 $\pm$ 7.1" in tex and r"\toprule" in tex and "cpt-frozen" in tex
+    assert "niah\\_single\\_1" in latex(table)
+    values = pd.read_csv(tmp_path / "t2.csv")
+    row = values[(values.member == "toy-d64") & (values.run == "cpt") & (values.task == "niah_single_1")]
+    assert row["mean"].item() == pytest.approx(32.5) and row["std"].item() == pytest.approx(math.sqrt(50))
+    assert csv.startswith("member,run,task,mean,std,count")
+
+
+def test_retrieval_heads_table_counts_and_fractions(results):
+    table = retrieval_heads_table.build(Results(results))
+    cells = table.cells.set_index(["member", "layer_type"])
+    # toy-d64 after cpt: fractions 0.5 and 0.375 -> 0.4375 (43.8%), counts 4 and 3 -> 3.5
+    assert cells.loc[("toy-d64", "full"), "cpt"] == "3.5 ± 0.7 (43.8 ± 8.8%)"
+    assert cells.loc[("toy-d16", "full"), "pt"] == "n/a"
+    assert list(table.cells.columns) == ["member", "layer_type", *RUNS]
+
+
+def test_short_context_table(results):
+    table = short_context.build(Results(results))
+    row = table.cells.set_index("member").loc["toy-d16"]
+    assert row["arc acc"] == "31.2 ± 8.8" and row["arc acc_norm"] == "37.5 ± 8.8"  # 25 and 37.5; +6.25
+
+
+def test_a_missing_table_is_skipped_and_said(results, tmp_path):
+    (results / "tables" / "study_heads.parquet").unlink()
+    report = figures.draw(results, tmp_path / "figs", figures.SPECS)
+    assert set(report.skipped) == {"retrieval_heads", "retrieval_heads_table"}
+    assert "study_heads" in report.skipped["retrieval_heads"]
+    assert (tmp_path / "figs" / "ruler_by_length.png").stat().st_size > 1000
+    assert {p.suffix for p in report.drawn["ruler_table"]} == {".md", ".tex", ".csv"}
+    with pytest.raises(MissingInput):
+        retrieval_heads.build(Results(results))
+
+
+def test_figures_command(results, tmp_path):
+    (results / "tables" / "study_heads.parquet").unlink()
+    out = CliRunner().invoke(app, ["figures", str(results), "--out", str(tmp_path / "f"), "--format", "png,svg"])
+    assert out.exit_code == 0, out.output
+    assert "skipped retrieval_heads" in out.output and "study_heads" in out.output
+    assert (tmp_path / "f" / "qk_vs_v.svg").read_text().lstrip().startswith("<?xml")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = CliRunner().invoke(app, ["figures", str(empty), "--out", str(tmp_path / "g")])
+    assert out.exit_code != 0 and "nothing to draw" in out.output
+    out = CliRunner().invoke(app, ["figures", str(tmp_path / "nowhere")])
+    assert out.exit_code != 0 and "does not exist" in out.output
+    out = CliRunner().invoke(app, ["figures", str(results), "--only", "nonesuch"])
+    assert out.exit_code != 0 and "ruler_by_length" in out.output
