@@ -3,7 +3,7 @@
 The trials are built from other text than training saw: haystack sentences of the built-in corpus under
 a seed no run uses, three facts whose keys are held-out nouns (one asked for, two distractors) and
 distances counted in tokens, beyond every sliding window (64 tokens) and beyond what pt trained
-(1,200 characters, about 360 tokens). A trial is a hit when greedy decoding gives the asked value's
+(1,200 characters, about 340 tokens). A trial is a hit when greedy decoding gives the asked value's
 tokens exactly.
 
 The probe itself is checked here on every run (an oracle that looks the answer up scores 1, one that
@@ -111,5 +111,4 @@ def test_a_trained_toy_retrieves_beyond_every_window(trained_runs):
 
         rates[ckpt] = {d: hit_rate(answer, tok, d) for d in (300, 600)}
         print(ckpt, rates[ckpt])
-    best = max(rates.values(), key=lambda r: r[300])
-    assert best[300] > 0.5 and best[600] > 0.5, rates
+    assert any(r[300] > 0.5 and r[600] > 0.5 for r in rates.values()), rates  # one checkpoint, both distances
