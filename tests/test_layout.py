@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("headprobe", "trainer")
+PACKAGES = ("headprobe", "trainer", "figures")
 MAX_FUNCTION_LINES = 80
 
 

@@ -265,4 +265,5 @@ def test_count_correct_counts_the_masked_argmax_hits():
     targets = torch.where(torch.rand(2, 19) < 0.5, greedy, (greedy + 1) % 40)  # about half predictable
     sums = model(ids, targets=targets, loss_mask=mask, loss_chunk=5, count_correct=True)
     assert int(sums.correct) == int(((greedy == targets) & mask).sum())
-    assert sums.loss.item() == pytest.approx(model(ids, targets=targets, loss_mask=mask).item(), rel=1e-12)
+    # the loss is summed in float32 (whatever the model's dtype), in chunks of 5 here and of 8,192 there
+    assert sums.loss.item() == pytest.approx(model(ids, targets=targets, loss_mask=mask).item(), rel=1e-6)
