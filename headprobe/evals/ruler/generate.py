@@ -192,6 +192,20 @@ def fit(draft: Draft, budget: int, counter: Counter, what: str) -> tuple[str, st
         n = max(draft.n_min, n - max(1, math.ceil((count - budget) / per_unit)))
 
 
+def rulers_search(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """RULER's binary search over sizes ``[lo, hi]``: the last middle size that fitted, testing the lower
+    middle each time, in RULER's order (``fits`` may draw a fresh sample per test); ``lo`` (one step)
+    when none fits, as RULER's scripts fall back to ``incremental``."""
+    size = lo
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            size, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return size
+
+
 def _grow(counts: Callable[[int], np.ndarray], budget: int, start: int = 64) -> np.ndarray:
     """Per-unit token counts for enough units to exceed ``budget`` tokens."""
     n = start
@@ -314,13 +328,7 @@ class RulerGenerator:
                     hi = int(total // (self._count(probe, 4096)[3] / 4096)) * 2
                 else:
                     hi = int(total / (self._count(probe, step)[3] / step) * 3)
-                lo, hi, size = step, max(hi, 2 * step), step
-                while lo <= hi:
-                    mid = (lo + hi) // 2
-                    if self._count(next(probes), mid)[3] <= budget:
-                        size, lo = mid, mid + 1
-                    else:
-                        hi = mid - 1
+                size = rulers_search(step, max(hi, 2 * step), lambda n: self._count(next(probes), n)[3] <= budget)
             self._sizes[key] = size
         return self._sizes[key]
 
@@ -469,14 +477,7 @@ class RulerGenerator:
             return self.counter.one(text + T.VT_PREFIX.format(num_v=num_v, query=value))
 
         step = 5
-        lo, hi, size = step, max(int(500 / (tokens(step) / step) * 3), 2 * step), step
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            if tokens(mid) <= 500:
-                size, lo = mid, mid + 1
-            else:
-                hi = mid - 1
-        return size
+        return rulers_search(step, max(int(500 / (tokens(step) / step) * 3), 2 * step), lambda n: tokens(n) <= 500)
 
     def _vt(self, task: Task, rng: random.Random, budget: int, length: int, index: int):
         num_v = task.num_hops + 1
