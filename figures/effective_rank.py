@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from figures import plot, style
@@ -14,18 +13,9 @@ def build(results: Results) -> Figure:
     frame = results.table("erank")
     frame = frame.groupby(["member", "seed", "run", "layer"])["value"].mean().reset_index()  # over lengths
     colors = style.member_colors(results.members())
-    members = style.member_order(frame.member)
-    runs = style.run_order(frame.run)
-    fig, axes = plt.subplots(1, len(runs), figsize=(style.COLUMN_WIDTH * max(1, len(runs)) * 0.7, 2.2),
-                             sharey=True, squeeze=False)  # fmt: skip
-    for ax, run in zip(axes[0], runs, strict=True):
-        rows = frame[frame.run == run]
-        plot.seed_lines(ax, rows, "layer", "value", colors, members)
-        ax.set_title(run)
-        ax.set_xlabel("layer (-1 = embedding)")
-        plot.note_missing(ax, [m for m in members if m not in set(rows.member)])
-    axes[0][0].set_ylabel("effective rank (Roy & Vetterli)")
-    axes[0][-1].legend(frameon=False)
+    fig, axes = plot.lines_by_run(frame, "layer", "value", colors, "layer (-1 = embedding)",
+                                  "effective rank (Roy & Vetterli)")  # fmt: skip
+    axes[-1].legend(frameon=False)
     return fig
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -13,6 +14,30 @@ from figures import style
 
 HATCHES = ("", "///", "...", "xx", "\\\\")  # a run per hatching in grouped bars
 SEEDS_LABEL = "_seeds:"  # the label of a member's per-seed points (underscore: not in the legend)
+
+
+def slot(member: int, hue: int, hues: int) -> tuple[float, float]:
+    """Where the ``hue``-th of ``hues`` side-by-side columns of the ``member``-th group sits: its centre
+    and width (the groups' columns together span 0.8 around the member's tick)."""
+    width = 0.8 / max(hues, 1)
+    return member - 0.4 + width * (hue + 0.5), width
+
+
+def lines_by_run(frame: pd.DataFrame, x: str, y: str, colors: dict, xlabel: str, ylabel: str, title: str = "{run}"):
+    """A panel per run (in :func:`figures.style.run_order`), in each a line per member through the seed
+    means of ``y`` against ``x`` (:func:`seed_lines`), members without rows named; returns the figure
+    and its panels."""
+    members, runs = style.member_order(frame.member), style.run_order(frame.run)
+    fig, axes = plt.subplots(1, len(runs), figsize=(style.COLUMN_WIDTH * max(1, len(runs)) * 0.7, 2.2),
+                             sharey=True, squeeze=False)  # fmt: skip
+    for ax, run in zip(axes[0], runs, strict=True):
+        rows = frame[frame.run == run]
+        seed_lines(ax, rows, x, y, colors, members)
+        ax.set_title(title.format(run=run))
+        ax.set_xlabel(xlabel)
+        note_missing(ax, [m for m in members if m not in set(rows.member)])
+    axes[0][0].set_ylabel(ylabel)
+    return fig, list(axes[0])
 
 
 def seed_lines(ax: Axes, frame: pd.DataFrame, x: str, y: str, colors: dict, members: Sequence[str]) -> None:
@@ -35,7 +60,7 @@ def seed_bars(
     """Grouped bars: a group per member, a bar per ``hue`` value (mean over seeds; the bar container's
     label is the hue value), every seed's value a point on its bar, ± one sd over seeds as an error bar.
     Bars of one member share its colour; hues are told apart by hatching."""
-    width = 0.8 / max(len(hues), 1)
+    width = slot(0, 0, len(hues))[1]
     for j, h in enumerate(hues):
         heights, errors, xs = [], [], []
         for i, member in enumerate(members):
@@ -43,7 +68,7 @@ def seed_bars(
             per_seed = rows.groupby("seed")[value].mean()
             heights.append(per_seed.mean() if len(per_seed) else np.nan)
             errors.append(per_seed.std() if len(per_seed) > 1 else 0.0)
-            xs.append(i - 0.4 + width * (j + 0.5))
+            xs.append(slot(i, j, len(hues))[0])
             if len(per_seed) > 1:
                 ax.scatter([xs[-1]] * len(per_seed), per_seed.values, s=5, color="k", zorder=3,
                            label=f"{SEEDS_LABEL}{member}:{h}")  # fmt: skip
@@ -91,14 +116,13 @@ def head_strips(
 ) -> None:
     """Per-head values as points: a column per member and run (runs side by side within a member), each
     head one point (label ``<member>:<run>``), the mean over heads a short black line."""
-    width = 0.8 / max(len(runs), 1)
     rng = np.random.default_rng(0)
     for i, member in enumerate(members):
         for j, run in enumerate(runs):
             rows = frame[(frame.member == member) & (frame.run == run)][value].dropna()
             if rows.empty:
                 continue
-            x = i - 0.4 + width * (j + 0.5)
+            x, width = slot(i, j, len(runs))
             jitter = rng.uniform(-width * 0.3, width * 0.3, len(rows))
             ax.scatter(x + jitter, rows.values, s=4, color=colors[member], alpha=0.7, linewidths=0,
                        marker="osD^v"[j % 5], label=f"{member}:{run}")  # fmt: skip

@@ -26,9 +26,7 @@ def build(results: Results) -> Figure:
         missing = sorted({m for m in members if rows[rows.member == m]["fraction"].isna().all()})
         plot.note_missing(ax, missing, "no kept needle sample (no score)")
         if layer_type == "all" and "cpt" in runs:  # the study's fractions are after cpt, over all heads
-            width = 0.8 / len(runs)
-            j = runs.index("cpt")
-            xs = [i - 0.4 + width * (j + 0.5) for i, m in enumerate(members) if m in reference]
+            xs = [plot.slot(i, runs.index("cpt"), len(runs))[0] for i, m in enumerate(members) if m in reference]
             plot.published(ax, xs, [reference[m] for m in members if m in reference])
     axes[0][0].set_ylabel("retrieval heads (share of heads)")
     plot.hue_legend(axes[0][-1], runs, loc="upper left", bbox_to_anchor=(0.0, 0.93))
