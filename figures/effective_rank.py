@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from figures import plot, style
 from figures.data import Results
@@ -15,6 +16,8 @@ def build(results: Results) -> Figure:
     colors = style.member_colors(results.members())
     fig, axes = plot.lines_by_run(frame, "layer", "value", colors, "layer (-1 = embedding)",
                                   "effective rank (Roy & Vetterli)")  # fmt: skip
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
     axes[-1].legend(frameon=False)
     return fig
 
