@@ -5,8 +5,8 @@ from __future__ import annotations
 from figures import style
 from figures.data import Results
 from figures.spec import Spec
-from figures.tables import Table, ordered, seed_stats
-from headprobe.study.tables import mean_sd
+from figures.tables import Table, ordered
+from headprobe.study.tables import mean_sd, seed_stats
 
 
 def build(results: Results) -> Table:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from figures import published
 from figures.data import MissingInput, Results
 from figures.spec import Spec
-from figures.tables import Table, ordered, seed_stats
-from headprobe.study.tables import mean_sd, spread
+from figures.tables import Table, ordered
+from headprobe.study.tables import mean_sd, seed_stats, spread
 
 
 def build(results: Results) -> Table:

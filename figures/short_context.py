@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from figures.data import Results
 from figures.spec import Spec
-from figures.tables import Table, ordered, seed_stats
-from headprobe.study.tables import spread
+from figures.tables import Table, ordered
+from headprobe.study.tables import seed_stats, spread
 
 
 def build(results: Results) -> Table:

@@ -75,10 +75,3 @@ def ordered(frame: pd.DataFrame) -> pd.DataFrame:
     }
     by = [c for c in ("run", "member") if c in frame]
     return frame.sort_values(by, key=lambda c: c.map(keys[c.name]), kind="stable").reset_index(drop=True)
-
-
-def seed_stats(frame: pd.DataFrame, index: list[str], value: str) -> pd.DataFrame:
-    """``index``, ``mean``, ``std``, ``count``: ``value`` averaged per seed, then mean and sd over seeds
-    (the numbers behind :func:`headprobe.study.tables.mean_sd`'s cells, unrounded)."""
-    per_seed = frame.groupby([*index, "seed"], dropna=False)[value].mean().reset_index()
-    return per_seed.groupby(index, dropna=False)[value].agg(["mean", "std", "count"]).reset_index()

@@ -64,11 +64,16 @@ STUDY_SHORTCTX = Schema(
 SCHEMAS = (STUDY_RUNS, STUDY_PROBES, STUDY_HEADS, STUDY_RULER, STUDY_SHORTCTX)
 
 
-def mean_sd(frame: pd.DataFrame, index: Sequence[str], value: str, scale: float = 1.0, digits: int = 1) -> pd.DataFrame:
-    """The ``index`` columns and ``cell``: ``value`` (times ``scale``) averaged per seed, then over seeds,
-    as ``"mean"`` or, with several seeds, ``"mean ± sd"`` (sd over seeds); ``"n/a"`` where all are missing."""
+def seed_stats(frame: pd.DataFrame, index: Sequence[str], value: str) -> pd.DataFrame:
+    """``index``, ``mean``, ``std``, ``count``: ``value`` averaged per seed, then mean and sd over seeds."""
     per_seed = frame.groupby([*index, "seed"], dropna=False)[value].mean().reset_index()
-    stats = per_seed.groupby(list(index), dropna=False)[value].agg(["mean", "std", "count"]).reset_index()
+    return per_seed.groupby(list(index), dropna=False)[value].agg(["mean", "std", "count"]).reset_index()
+
+
+def mean_sd(frame: pd.DataFrame, index: Sequence[str], value: str, scale: float = 1.0, digits: int = 1) -> pd.DataFrame:
+    """The ``index`` columns and ``cell``: :func:`seed_stats` (times ``scale``) as ``"mean"`` or, with
+    several seeds, ``"mean ± sd"`` (sd over seeds); ``"n/a"`` where all are missing."""
+    stats = seed_stats(frame, index, value)
 
     def cell(row: pd.Series) -> str:
         if pd.isna(row["mean"]):
