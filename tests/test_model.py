@@ -168,7 +168,7 @@ def test_generate_equals_repeated_full_forward_past_the_window(prompt_len):
 
 def test_generate_toy_preset_past_its_window():
     model = Transformer(preset("toy-k64v16")).double()
-    ids = torch.randint(0, 256, (1, 100))  # window 64
+    ids = torch.randint(0, 256, (1, 100))  # window 8
     assert torch.equal(model.generate(ids, 12), greedy_by_recompute(model, ids, 12))
 
 
@@ -238,7 +238,12 @@ def test_toy_presets_run_forward_and_backward(name):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-def test_chunked_loss_equals_dense_cross_entropy_and_its_gradients():
+@pytest.mark.parametrize("recompute", [False, True], ids=["logits-kept", "logits-recomputed"])
+def test_chunked_loss_equals_dense_cross_entropy_and_its_gradients(recompute, monkeypatch):
+    import headprobe.model.transformer as transformer
+
+    # a toy's chunks are below the size at which backward recomputes logits; a threshold of 0 forces it
+    monkeypatch.setattr(transformer, "RECOMPUTE_LOGITS", 0 if recompute else 1 << 40)
     model = Transformer(tiny_config()).double()
     ids = torch.randint(0, 40, (2, 19))
     targets = torch.randint(0, 40, (2, 19))
@@ -267,3 +272,14 @@ def test_count_correct_counts_the_masked_argmax_hits():
     assert int(sums.correct) == int(((greedy == targets) & mask).sum())
     # the loss is summed in float32 (whatever the model's dtype), in chunks of 5 here and of 8,192 there
     assert sums.loss.item() == pytest.approx(model(ids, targets=targets, loss_mask=mask).item(), rel=1e-6)
+
+
+def test_a_batch_without_counted_targets_has_a_zero_loss_that_backpropagates():
+    """A curriculum step can hold no target at all (e.g. only context); the loss is then 0 and backward
+    still runs (it gives zero gradients rather than failing on a tensor without a graph)."""
+    model = Transformer(tiny_config()).double()
+    ids = torch.randint(0, 40, (2, 9))
+    sums = model(ids, targets=ids, loss_mask=torch.zeros(2, 9, dtype=torch.bool), count_correct=True)
+    sums.loss.backward()
+    assert sums.loss.item() == 0.0 and int(sums.correct) == 0
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())

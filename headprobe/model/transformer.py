@@ -34,6 +34,8 @@ from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
 from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
 
+RECOMPUTE_LOGITS = 1 << 25  # logits per loss chunk (128 MiB in float32) above which backward recomputes them
+
 
 class LossSums(NamedTuple):
     """The training loss of a forward pass with targets: the float32 sum of the counted targets'
@@ -189,9 +191,10 @@ class Transformer(HookedRootModule):
             cache: when given, ``input_ids`` continue the cached sequence; the cache is updated.
             last_only: project only the last position to the vocabulary (saves ``seq * vocab`` memory).
             targets: ``[batch, seq]`` target ids; the result is then the float32 sum of cross-entropies
-                over positions where ``loss_mask`` (``[batch, seq]`` bool, default all) is true. Logits
-                are made ``loss_chunk`` positions at a time and recomputed in backward, so a 262K-token
-                sequence never holds ``seq x vocab`` logits.
+                over positions where ``loss_mask`` (``[batch, seq]`` bool, default all) is true; only
+                those positions reach the LM head. Logits are made ``loss_chunk`` positions at a time and,
+                when a chunk holds more than ``RECOMPUTE_LOGITS`` of them, recomputed in backward, so a
+                262K-token sequence never holds ``seq x vocab`` logits.
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [batch, seq], got shape {tuple(input_ids.shape)}")
@@ -213,23 +216,33 @@ class Transformer(HookedRootModule):
 
     def _loss_sum(self, x: Tensor, targets: Tensor, mask: Tensor | None, chunk: int) -> LossSums:
         flat_x, flat_t = x.flatten(0, 1), targets.flatten()
-        flat_m = torch.ones_like(flat_t, dtype=torch.bool) if mask is None else mask.flatten()
+        if mask is not None:  # only counted positions reach the LM head (most of a retrieval task's are context)
+            keep = mask.flatten()
+            flat_x, flat_t = flat_x[keep], flat_t[keep]
         total = x.new_zeros((), dtype=torch.float32)
         correct = torch.zeros((), dtype=torch.long, device=x.device)
-        for start in range(0, flat_t.numel(), chunk):
-            part = (flat_x[start : start + chunk], flat_t[start : start + chunk], flat_m[start : start + chunk])
-            if torch.is_grad_enabled() and flat_x.requires_grad:
+        # a chunk's logits are recomputed in backward only when keeping them would cost memory (a
+        # small model's few million logits are cheaper to keep than to make twice)
+        recompute = torch.is_grad_enabled() and flat_x.requires_grad and chunk * self.cfg.vocab_size > RECOMPUTE_LOGITS
+        # with nothing counted, one empty chunk: a zero loss that still has a graph to backpropagate
+        for start in range(0, max(flat_t.numel(), 1), chunk):
+            part = (flat_x[start : start + chunk], flat_t[start : start + chunk])
+            if recompute:
                 loss, right = checkpoint(self._chunk_loss, *part, use_reentrant=False)
             else:
                 loss, right = self._chunk_loss(*part)
             total, correct = total + loss, correct + right
         return LossSums(total, correct)
 
-    def _chunk_loss(self, x: Tensor, targets: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def _chunk_loss(self, x: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+        """``x: [n, d_model]``, ``targets: [n]`` -> (float32 summed cross-entropy, greedy hits)."""
         logits = self.lm_head(x).float()
-        losses = F.cross_entropy(logits, targets, reduction="none")
-        right = ((logits.detach().argmax(-1) == targets) & mask).sum()
-        return (losses * mask.to(losses.dtype)).sum(), right
+        loss = F.cross_entropy(logits, targets, reduction="sum")
+        # greedy hit: the target's logit is the row's maximum (amax is several times faster than argmax
+        # on CPU; a tie, which float logits all but never have, counts as a hit)
+        with torch.no_grad():
+            right = (logits.gather(1, targets[:, None])[:, 0] >= logits.amax(-1)).sum()
+        return loss, right
 
     @torch.no_grad()
     def generate(
