@@ -58,7 +58,8 @@ def test_study_specific_values():
         assert cfg.swa.window == 512 and cfg.full.rope_dim == 64 and cfg.full_every == 4
     for name in list_presets("toy"):
         cfg = preset(name)
-        assert cfg.swa.window == 64 and cfg.max_seq_len >= 4096 and cfg.vocab_size == 4096  # the built-in toy BPE
+        # window 8: wider windows let a sliding layer take the copy circuit (docs/training.md); the built-in BPE
+        assert cfg.swa.window == 8 and cfg.max_seq_len >= 4096 and cfg.vocab_size == 4096
     assert preset("0.6b-d128").full.n_heads == 16 and preset("0.6b-d512").full.n_heads == 4
 
 

@@ -2,8 +2,8 @@
 
 The trials are built from other text than training saw: haystack sentences of the built-in corpus under
 a seed no run uses, three facts whose keys are held-out nouns (one asked for, two distractors) and
-distances counted in tokens, beyond every sliding window (64 tokens) and beyond what pt trained
-(1,200 characters, about 340 tokens). A trial is a hit when greedy decoding gives the asked value's
+distances counted in tokens, far beyond every sliding window (8 tokens) and, at 600, beyond what
+pt trained (1,200 characters, about 340 tokens). A trial is a hit when greedy decoding gives the asked value's
 tokens exactly.
 
 The probe itself is checked here on every run (an oracle that looks the answer up scores 1, one that

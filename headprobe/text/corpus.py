@@ -17,7 +17,7 @@ Document kinds (``MIXTURE`` gives their shares by document count):
     counting over the context.
 
 Documents are 200-3000 characters, so facts sit up to thousands of bytes before their question:
-far outside a 64-token sliding window, so only the full-attention layers can fetch them.
+far outside the toys' 8-token sliding window, so only the full-attention layers can fetch them.
 Everything is deterministic in ``(seed, document index)``.
 """
 
