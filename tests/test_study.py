@@ -109,3 +109,19 @@ def test_comparisons_skip_missing_tables_and_bad_settings_are_named():
         StudySettings.from_dict({"probes": ["needle"]})
     with pytest.raises(StudyError, match="unknown study settings"):
         StudySettings.from_dict({"probe": ["needle@10"]})
+
+
+def test_comparisons_list_runs_in_the_recipes_order():
+    """pt, cpt, cpt-frozen, sft as the runs table has them (alphabetical would put cpt before pt)."""
+    order = ["pt", "cpt", "cpt-frozen", "sft"]
+    runs = pd.DataFrame(dict(member="m", seed=0, run=order, stage="pt", freeze=None, steps=1, tokens=1,
+                             final_loss=[4.0, 3.0, 2.0, 1.0]))  # fmt: skip
+    probes = pd.DataFrame(dict(member="m", seed=0, run=order[::-1], task="needle", distance=100, samples=4,
+                               accuracy=[0.0, 0.25, 0.5, 1.0]))  # fmt: skip
+    views = comparisons({"study_runs": runs, "study_probes": probes})
+    loss = next(v for title, v in views.items() if title.startswith("Final training loss"))
+    assert list(loss.columns) == ["member", *order]
+    assert loss.iloc[0, 1:].tolist() == ["4.000", "3.000", "2.000", "1.000"]
+    needle = next(v for title, v in views.items() if title.startswith("Held-out needle"))
+    assert needle["run"].astype(str).tolist() == order
+    assert needle["100"].tolist() == ["100.0", "50.0", "25.0", "0.0"]

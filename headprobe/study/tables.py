@@ -99,8 +99,11 @@ def spread(
 
 
 def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
-    """The study's comparisons, titled, from the tidy tables (a missing table gives no comparison)."""
+    """The study's comparisons, titled, from the tidy tables (a missing table gives no comparison). Runs
+    appear in the recipe's order (the order of the runs table: pt, cpt, cpt-frozen, sft), not alphabetically."""
     out: dict[str, pd.DataFrame] = {}
+    order = list(dict.fromkeys(tables.get(STUDY_RUNS.table, pd.DataFrame(columns=["run"]))["run"]))
+    tables = {name: _runs_in_order(frame, order) for name, frame in tables.items()}
     probes = tables.get(STUDY_PROBES.table, pd.DataFrame())
     if not probes.empty:
         needle = probes[probes.task == "needle"]
@@ -135,6 +138,14 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     if not short.empty:
         out["Short-context accuracy (built-in set, %)"] = spread(short, ["member", "run"], ["metric"], "value", 100.0)
     return out
+
+
+def _runs_in_order(frame: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """``frame`` with its ``run`` column ordered as ``order`` (runs not in it follow, alphabetically)."""
+    if "run" not in frame or frame.empty:
+        return frame
+    runs = order + sorted(set(frame["run"]) - set(order))
+    return frame.assign(run=pd.Categorical(frame["run"], categories=runs, ordered=True))
 
 
 def markdown(frame: pd.DataFrame) -> str:
