@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/headprobe demo
 
-study: $(STAMP)  # the toy study with every seed of the recipe (hours on 2 cores)
+study: $(STAMP)  # the toy study with every seed of the recipe (about 35 min on 2 cores)
 	$(BIN)/headprobe study --recipe toy --jobs 2 --out results/study
 
 test: $(STAMP)

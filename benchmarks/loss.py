@@ -6,7 +6,7 @@ One training step (forward, backward, AdamW) of toy-d64 at the toy recipe's shap
 torch thread, in one process, side by side:
 
 * ``all positions, recomputed``: every position counted and its logits made again in backward (the
-  cost of a step before the loss skipped uncounted positions and kept small chunks' logits);
+  LM-head work of a step before the loss skipped uncounted positions and kept small chunks' logits);
 * ``all positions, kept``: every position counted (prose rows), logits kept;
 * ``25% / 5% counted, kept``: a loss mask counting that share of positions (curriculum rows: lists and
   copies count about a quarter, needles at long distances a few per cent).
@@ -71,8 +71,9 @@ def main() -> None:
         "",
         f"Machine: {machine()}. Command: `python benchmarks/loss.py --repeats {args.repeats}` (one torch thread).",
         f"One step (forward, backward, AdamW) of toy-d64 at {BATCH} x {SEQ_LEN} tokens; median of "
-        f"{args.repeats} steps. The first row is what every step cost before the loss skipped uncounted",
-        "positions and kept small chunks' logits; curriculum rows count about 5-25% of their positions.",
+        f"{args.repeats} steps. The first row is the LM-head work every step did before the loss skipped",
+        "uncounted positions and kept small chunks' logits (it also counted hits with argmax, about 35 ms",
+        "more on this machine); curriculum rows count about 5-25% of their positions.",
         "",
         "| case | step time | speed-up vs the first row |",
         "|---|---:|---:|",
