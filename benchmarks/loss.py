@@ -17,9 +17,7 @@ Median step time over ``--repeats`` steps after two warm-up steps; ratios agains
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 BATCH, SEQ_LEN = 4, 512
 
@@ -53,7 +51,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(__file__).parent))
     import torch
     from _report import machine, today, write_section
 
