@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
-from headprobe.text.probes import Probe, ProbeError, run_probe
+from headprobe.text.probes import Probe, ProbeError, answer_loss, run_probe
 from headprobe.text.tasks import Task
 from trainer.config import TrainConfig, TrainError
 from trainer.curriculum import Curriculum, CurriculumSource, CurriculumState
@@ -162,6 +163,18 @@ def test_probe_prompts_end_where_the_answer_begins_and_score_exact_answers():
         Probe.parse("needle")
 
 
+def test_answer_loss_is_the_mean_cross_entropy_of_the_answer_tokens_given_the_prompt():
+    """Against log-softmax of the full logits, read at the positions that predict each answer token."""
+    model = Transformer(tiny_config(vocab_size=264, max_seq_len=512)).double()
+    tok, probe = ByteTokenizer(), Probe(Task.NEEDLE, 40, samples=3)
+    want, count = 0.0, 0
+    for prompt, answer in probe.prompts(tok):
+        logp = model(torch.tensor([prompt + answer]))[0].detach().log_softmax(-1)
+        want -= sum(float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
+        count += len(answer)
+    assert count > 3 and answer_loss(model, tok, probe) == pytest.approx(want / count, rel=1e-6)
+
+
 def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
     cfg_file = tmp_path / "model.json"
     cfg_file.write_text(tiny_config(vocab_size=264, max_seq_len=512).to_json())
@@ -177,6 +190,7 @@ def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()]
     assert [r["level"] for r in rows] == [0, 1, 1, 1, 1, 1]  # advanced after 2 steps; 2 levels only
     assert all(0 <= r["accuracy"] <= 1 for r in rows) and "probe/needle@50" in rows[2] and "probe/needle@50" in rows[5]
+    assert rows[2]["probe_loss/needle@50"] > 0 and "probe_loss/needle@50" not in rows[3]
     train(cfg(tmp_path / "cut", save_every=3))
     for leftover in ("final", "step_000006", "result.json"):  # as if it had stopped after step 3
         path = tmp_path / "cut" / leftover

@@ -30,7 +30,7 @@ from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.text.probes import Probe, ProbeError, run_probe
+from headprobe.text.probes import Probe, ProbeError, answer_loss, run_probe
 from trainer import train_state
 from trainer.config import RESULT_FILE, Parallel, Precision, Stage, TrainConfig, TrainError, TrainResult
 from trainer.curriculum import CurriculumSource, CurriculumState
@@ -247,7 +247,9 @@ class Trainer:
         if isinstance(self.source, CurriculumSource):
             row["level"] = self.source.state.level
         if self._probing(step):
-            row |= {p.name: run_probe(self.model, self.tokenizer, p) for p in self.probes}
+            for p in self.probes:
+                row[p.name] = run_probe(self.model, self.tokenizer, p)
+                row[p.loss_name] = answer_loss(self.model, self.tokenizer, p)
         if self.world.device.type == "cuda":
             row["peak_gpu_mem_gib"] = torch.cuda.max_memory_allocated(self.world.device) / 2**30
         return row

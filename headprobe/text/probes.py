@@ -7,7 +7,9 @@ characters between what is to be retrieved and where it is asked for; the prompt
 answer (for ``needle``: up to the value, after the restated fact, as RULER's answer prefixes do; for
 ``recall``: the first recalled value), and the score is the share of examples whose answer's tokens
 greedy decoding reproduces exactly. For ``copy`` the prompt ends with the repeat's first word (its cue)
-and the answer is the ``COPY_TOKENS`` after it (induction: continue what recurs).
+and the answer is the ``COPY_TOKENS`` after it (induction: continue what recurs). :func:`answer_loss` is
+the smooth companion: the answers' mean cross-entropy given their prompts (teacher-forced), which moves
+long before a model answers anything exactly.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Probe:
     def name(self) -> str:
         return f"probe/{self.task.value}@{self.distance}"
 
+    @property
+    def loss_name(self) -> str:
+        return f"probe_loss/{self.task.value}@{self.distance}"
+
     def prompts(self, tokenizer: ByteTokenizer | HFTokenizer) -> list[tuple[list[int], list[int]]]:
         """``(prompt ids, answer ids)`` of each example: the text split where its first answer begins."""
         settings = TaskSettings(distance=(self.distance, self.distance), pairs=(1, 3), queries=1, split=Split.HELDOUT)
@@ -91,3 +97,24 @@ def run_probe(model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, probe:
     """The share of the probe's examples answered exactly by greedy decoding."""
     hits = probe_hits(model, tokenizer, probe)
     return sum(hits) / len(hits)
+
+
+def answer_loss(model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, probe: Probe) -> float:
+    """Mean cross-entropy (nats per answer token) of the probe's answers given their prompts, each answer
+    token predicted from the prompt and the answer's true tokens before it (teacher forcing)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    try:
+        with torch.no_grad():
+            for prompt, answer in probe.prompts(tokenizer):
+                seq = torch.tensor([prompt + answer], device=device)
+                counted = torch.arange(seq.shape[1] - 1, device=device) >= len(prompt) - 1  # targets in the answer
+                total += float(model(seq[:, :-1], targets=seq[:, 1:], loss_mask=counted[None]))
+                count += len(answer)
+    finally:
+        model.train(was_training)
+    return total / count
