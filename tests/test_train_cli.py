@@ -156,6 +156,9 @@ def test_study_command_trains_measures_and_reports_then_resumes(tmp_path):
     res = invoke(*args, "--seeds", "1", "--runs", "pt")
     assert res.exit_code == 0, res.output
     assert "Held-out needle retrieval" in res.output and f"results: {tmp_path / 'out'}" in res.output
+    # it ends by drawing what the results allow (probes only here) and naming what it skipped
+    assert (tmp_path / "out" / "figures" / "probes.png").is_file()
+    assert f"figures: {tmp_path / 'out' / 'figures'} (" in res.output and "skipped: ruler_by_length" in res.output
     manifest = json.loads((tmp_path / "out" / "runs" / "manifest.json").read_text())
     # --seeds and --runs won: no cpt
     assert [(r["member"], r["seed"], r["run"]) for r in manifest["runs"]] == [("toy-d16", 1, "pt")]

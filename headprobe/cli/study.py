@@ -65,6 +65,21 @@ def run(
     for what, message in report.errors.items():
         typer.echo(f"failed: {what}: {message}", err=True)
     typer.echo(f"results: {out} (tables/, report.md)")
+    draw_figures(out, out / "figures")
+
+
+def draw_figures(results: Path, folder: Path) -> None:
+    """Every figure and table the results allow, into ``folder``; a figure that cannot be drawn is reported,
+    never fatal (the study's results are already written)."""
+    from figures import SPECS, draw
+
+    try:
+        drawn = draw(results, folder, SPECS)
+    except Exception as err:
+        typer.echo(f"failed: figures: {err}", err=True)
+        return
+    skipped = "; ".join(f"{name} ({why})" for name, why in drawn.skipped.items())
+    typer.echo(f"figures: {folder} ({len(drawn.drawn)} drawn" + (f"; skipped: {skipped})" if skipped else ")"))
 
 
 def frame_table(title: str, frame) -> Table:
