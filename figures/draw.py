@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -29,17 +30,32 @@ class DrawReport:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+def figure_bytes(fig, fmt: str) -> bytes:
+    """``fig`` rendered as ``fmt`` (png, pdf or svg)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt)
+    return buffer.getvalue()
+
+
 def save_figure(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
     """``fig`` as ``stem.<format>`` for each format, each written atomically; the figure is closed."""
     out = []
     for fmt in formats:
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format=fmt)
         path = stem.with_suffix(f".{fmt}")
-        atomic_write_bytes(path, buffer.getvalue())
+        atomic_write_bytes(path, figure_bytes(fig, fmt))
         out.append(path)
     plt.close(fig)
     return out
+
+
+def built(data: Results, specs: Sequence[Spec], skipped: dict[str, str]) -> Iterator[tuple[Spec, Any]]:
+    """Each spec with what its ``build`` made from ``data``; a spec whose inputs are missing goes to
+    ``skipped`` (``name -> why``) instead."""
+    for spec in specs:
+        try:
+            yield spec, spec.build(data)
+        except MissingInput as err:
+            skipped[spec.name] = str(err)
 
 
 def draw(
@@ -62,17 +78,11 @@ def draw(
     data = Results(Path(results))
     report = DrawReport(Path(out))
     style.apply()
-    for spec in specs:
-        if only and spec.name not in only:
-            continue
-        try:
-            built = spec.build(data)
-        except MissingInput as err:
-            report.skipped[spec.name] = str(err)
-            continue
+    chosen = [s for s in specs if not only or s.name in only]
+    for spec, made in built(data, chosen, report.skipped):
         stem = report.out / spec.name
         if spec.kind == "table":
-            report.drawn[spec.name] = tables.write(built, stem)
+            report.drawn[spec.name] = tables.write(made, stem)
         else:
-            report.drawn[spec.name] = save_figure(built, stem, formats)
+            report.drawn[spec.name] = save_figure(made, stem, formats)
     return report

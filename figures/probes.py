@@ -24,6 +24,7 @@ def build(results: Results) -> Figure:
             plot.seed_lines(ax, rows.assign(accuracy=rows.accuracy * 100), "distance", "accuracy", colors, members)
             ax.set_title(f"{task}, after {run}")
             ax.set_ylim(-3, 103)
+            ax.set_xticks(sorted(set(rows.distance)))  # the probed distances only (one alone gets no 480-520 axis)
             if r == len(runs) - 1:
                 ax.set_xlabel("distance (characters)")
         axes[r][0].set_ylabel("answered exactly (%)")

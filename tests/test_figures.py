@@ -5,6 +5,7 @@ formulas), and the tables print exactly those values with the stated rounding.""
 from __future__ import annotations
 
 import math
+import shutil
 
 import matplotlib
 
@@ -311,3 +312,67 @@ def test_figures_command(results, tmp_path):
     assert out.exit_code != 0 and "does not exist" in out.output
     out = CliRunner().invoke(app, ["figures", str(results), "--only", "nonesuch"])
     assert out.exit_code != 0 and "ruler_by_length" in out.output
+
+
+def test_the_report_embeds_every_figure_and_table_and_loads_nothing_from_elsewhere(results):
+    import base64
+    import html
+    import re
+
+    from figures.report import report_page
+
+    (results / "tables" / "study_shortctx.parquet").unlink()
+    page = report_page(results, figures.SPECS)
+    assert page.skipped.keys() == {"short_context"} and "study_shortctx" in page.skipped["short_context"]
+    assert page.shown == [s.name for s in figures.SPECS if s.name != "short_context"]
+    images = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,([^"]+)"', page.html)
+    shown_figures = [s for s in figures.SPECS if s.name in page.shown and s.kind == "figure"]
+    assert [alt for alt, _ in images] == [html.escape(s.title) for s in shown_figures]
+    assert all(base64.b64decode(data).startswith(b"\x89PNG\r\n\x1a\n") for _, data in images)
+    for spec in figures.SPECS:
+        assert (html.escape(spec.title) in page.html) == (spec.name in page.shown)
+    assert "<td>32.5 ± 7.1</td>" in page.html  # the RULER table's cell, as test_ruler_table_cells checks it
+    assert not re.search(r'(?:src|href)="(?!data:|#)', page.html) and "http" not in page.html  # self-contained
+    assert "Toy scale" in page.html and "2 seeds (0, 1)" in page.html and "Not drawn" in page.html
+
+
+def test_report_command(results, tmp_path):
+    out = CliRunner().invoke(app, ["report", str(results), "--out", str(tmp_path / "r.html")])
+    assert out.exit_code == 0, out.output
+    assert f"report: {tmp_path / 'r.html'} ({len(figures.SPECS)} figures and tables)" in out.output
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = CliRunner().invoke(app, ["report", str(empty), "--out", str(tmp_path / "e.html")])
+    assert out.exit_code != 0 and "nothing to report" in out.output and not (tmp_path / "e.html").exists()
+    out = CliRunner().invoke(app, ["report", str(results), "--out", str(empty)])
+    assert out.exit_code != 0 and "is a folder" in out.output
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
+def test_the_report_opens_in_a_browser_without_errors_and_every_image_loads(results, tmp_path):
+    from figures.report import write_report
+
+    playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+    write_report(results, tmp_path / "r.html", figures.SPECS)
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync"]  # fmt: skip
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=flags)
+        try:
+            page, errors, requests = browser.new_page(), [], []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto((tmp_path / "r.html").as_uri())
+            loaded = page.evaluate("Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+            headings = page.evaluate("Array.from(document.querySelectorAll('h2')).map(h => h.id)")
+        finally:
+            browser.close()
+    assert not errors, errors
+    assert len(loaded) == sum(s.kind == "figure" for s in figures.SPECS) and all(loaded)
+    assert headings[0] == "caveats" and headings[-1] == "settings"
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network

@@ -8,7 +8,8 @@ ruler       ``headprobe ruler generate|eval``
 shortctx    ``headprobe shortctx eval``
 plan        ``headprobe plan``
 study       ``headprobe study``, ``headprobe demo`` (the study's demo profile)
-figures     ``headprobe figures``: the study's figures and tables (the ``figures`` package)
+figures     ``headprobe figures`` and ``headprobe report``: the study's figures and tables, and one HTML page of
+            them all (the ``figures`` package)
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
 progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
@@ -40,4 +41,5 @@ app.command("plan")(plan.plan)
 app.command("study")(study.study)
 app.command("demo")(study.demo)
 app.command("figures")(figures.figures)
+app.command("report")(figures.report)
 add_trainer_commands(app)  # the bundled trainer, found as a plugin (headprobe never imports it)

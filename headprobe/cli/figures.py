@@ -1,4 +1,5 @@
-"""``headprobe figures``: every figure and table of the study from a results folder."""
+"""``headprobe figures`` (every figure and table of the study from a results folder) and ``headprobe report``
+(all of them on one self-contained HTML page)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,28 @@ def figures(
     if not report.drawn:
         raise fail(f"nothing to draw from {results}: no figure's inputs are there (run `headprobe study` first)", ctx)
     console.print(f"{len(report.drawn)} drawn, {len(report.skipped)} skipped, in {report.out}")
+
+
+def report(
+    ctx: typer.Context,
+    results: Annotated[Path, typer.Argument(help="a results folder (what `headprobe study` wrote)")],
+    out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
+) -> None:
+    """One self-contained HTML page (figures embedded, no network) with every figure and table the results
+    allow, the settings that produced them and their caveats."""
+    from figures import SPECS
+    from figures.report import report_page
+    from headprobe.model.atomic import atomic_write_text
+    from headprobe.results import ResultsError
+
+    if out.is_dir():
+        raise fail(f"--out {out} is a folder; give the HTML file to write, e.g. {out / 'report.html'}", ctx)
+    try:
+        page = report_page(results, SPECS)
+    except (ValueError, ResultsError) as err:
+        raise fail(err, ctx) from None
+    if not page.shown:
+        raise fail(f"nothing to report from {results}: no figure's inputs are there (run `headprobe study` first)", ctx)
+    atomic_write_text(out, page.html)
+    skipped = f"; not drawn: {', '.join(page.skipped)}" if page.skipped else ""
+    typer.echo(f"report: {out} ({len(page.shown)} figures and tables{skipped})")

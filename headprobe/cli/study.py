@@ -69,17 +69,21 @@ def run(
 
 
 def draw_figures(results: Path, folder: Path) -> None:
-    """Every figure and table the results allow, into ``folder``; a figure that cannot be drawn is reported,
-    never fatal (the study's results are already written)."""
+    """Every figure and table the results allow, into ``folder``, and all of them on one page,
+    ``results/report.html``; a figure that cannot be drawn is reported, never fatal (the study's results
+    are already written)."""
     from figures import SPECS, draw
+    from figures.report import write_report
 
     try:
         drawn = draw(results, folder, SPECS)
+        page = write_report(results, results / "report.html", SPECS)
     except Exception as err:
         typer.echo(f"failed: figures: {err}", err=True)
         return
     skipped = "; ".join(f"{name} ({why})" for name, why in drawn.skipped.items())
     typer.echo(f"figures: {folder} ({len(drawn.drawn)} drawn" + (f"; skipped: {skipped})" if skipped else ")"))
+    typer.echo(f"report: {results / 'report.html'} ({len(page.shown)} figures and tables on one page)")
 
 
 def frame_table(title: str, frame) -> Table:
