@@ -49,8 +49,9 @@ def save_figure(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
 
 
 def built(data: Results, specs: Sequence[Spec], skipped: dict[str, str]) -> Iterator[tuple[Spec, Any]]:
-    """Each spec with what its ``build`` made from ``data``; a spec whose inputs are missing goes to
-    ``skipped`` (``name -> why``) instead."""
+    """Each spec with what its ``build`` made from ``data`` (in the house style); a spec whose inputs are
+    missing goes to ``skipped`` (``name -> why``) instead."""
+    style.apply()
     for spec in specs:
         try:
             yield spec, spec.build(data)
@@ -77,7 +78,6 @@ def draw(
         raise ValueError(f"unknown figure(s) {unknown}; the figures are: {', '.join(names)}")
     data = Results(Path(results))
     report = DrawReport(Path(out))
-    style.apply()
     chosen = [s for s in specs if not only or s.name in only]
     for spec, made in built(data, chosen, report.skipped):
         stem = report.out / spec.name

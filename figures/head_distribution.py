@@ -27,5 +27,6 @@ def per_head(results: Results, table: str, value: str, ylabel: str, title: str) 
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     handles = [Line2D([], [], marker="osD^v"[j % 5], color="0.3", linestyle="", label=r) for j, r in enumerate(runs)]
-    ax.legend(handles=handles, frameon=False, title="run")
+    # beside the axes: inside, it sat on the last member's heads
+    ax.legend(handles=handles, frameon=False, title="run", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig

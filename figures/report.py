@@ -20,7 +20,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from figures import style
 from figures.data import Results
 from figures.draw import built, figure_bytes
 from figures.spec import Spec
@@ -107,7 +106,6 @@ def report_page(results: str | Path, specs: Sequence[Spec], title: str | None = 
     """The report of ``results`` (a folder ``headprobe study`` wrote) as one HTML string."""
     results = Path(results)
     data = Results(results)
-    style.apply()
     page = ReportPage("")
     sections = []
     for spec, made in built(data, specs, page.skipped):

@@ -376,3 +376,20 @@ def test_the_report_opens_in_a_browser_without_errors_and_every_image_loads(resu
     assert len(loaded) == sum(s.kind == "figure" for s in figures.SPECS) and all(loaded)
     assert headings[0] == "caveats" and headings[-1] == "settings"
     assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network
+
+
+def test_the_docs_gallery_shows_every_figure_it_drew_and_every_table_inline(results, tmp_path):
+    from figures.gallery import main
+
+    (results / "tables" / "study_heads.parquet").unlink()
+    skipped = {"retrieval_heads", "retrieval_heads_table"}  # as test_a_missing_table_is_skipped_and_said finds
+    main([str(results), "--docs", str(tmp_path / "docs"), "--command", "pytest fixture"])
+    page = (tmp_path / "docs" / "figures.md").read_text()
+    titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    assert titles == [s.title for s in figures.SPECS if s.name not in skipped] + ["Not drawn"]
+    for spec in figures.SPECS:
+        drawn = spec.kind == "figure" and spec.name not in skipped
+        image = tmp_path / "docs" / "img" / f"{spec.name}.png"
+        assert image.is_file() == drawn and (f"](img/{spec.name}.png)" in page) == drawn
+        assert (f"*{spec.how_to_read}*" in page) == (spec.name not in skipped)
+    assert "| 32.5 ± 7.1 |" in page and "`retrieval_heads`: no 'study_heads' table" in page and "pytest fixture" in page
