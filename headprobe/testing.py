@@ -1,6 +1,8 @@
 """Small models and tokenizers built offline, for tests, benchmarks and trying headprobe without any download.
 
 * :func:`tiny_config`: a 4-layer model small enough for float64 reference implementations.
+* :func:`random_grid`: a trained grid's layout (``RUNS/<member>/s<seed>/<run>/final`` and ``manifest.json``)
+  of random tiny byte models, what the study's measurements and the ``analyses/`` scripts read.
 * :func:`build_toy_bpe`: a byte-level BPE ``tokenizer.json`` trained locally.
 * :func:`build_toy_hf_model`: a Hugging Face model with random weights and a local tokenizer::
 
@@ -42,6 +44,37 @@ def tiny_config(**overrides: Any) -> ModelConfig:
     )
     base.update(overrides)
     return ModelConfig(**base)
+
+
+GRID_RUNS = (("pt", "pt", None), ("cpt", "cpt", None), ("cpt-frozen", "cpt", "attention"))
+
+
+def random_grid(runs: str | Path, members: Iterable[str] = ("toy-a",), seeds: Iterable[int] = (0, 1)) -> dict[str, Any]:
+    """Random tiny byte models (``tiny_config``, 1,024 positions) in a trained grid's layout, each run of
+    :data:`GRID_RUNS` per member and seed, and the grid's manifest (also written to ``RUNS/manifest.json``);
+    models already there are kept. A stand-in for the trainer wherever only the layout matters."""
+    import json
+
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.tokenizer import ByteTokenizer
+    from headprobe.model.transformer import Transformer
+
+    runs, entries = Path(runs), []
+    for s, seed in enumerate(seeds):
+        for m, member in enumerate(members):
+            for i, (run, stage, freeze) in enumerate(GRID_RUNS):
+                folder = runs / member / f"s{seed}" / run / "final"
+                if not folder.is_dir():
+                    torch.manual_seed(100 * s + 10 * m + i)
+                    save_checkpoint(Transformer(tiny_config(vocab_size=264, max_seq_len=1024)), folder, ByteTokenizer())
+                entries.append(
+                    dict(member=member, seed=seed, run=run, stage=stage, freeze=freeze, checkpoint=str(folder))
+                    | dict(tokens=10, steps=1, final_loss=1.0 + s + m)
+                )
+    manifest = {"recipe": None, "scale": "toy", "profile": None, "runs": entries}
+    runs.mkdir(parents=True, exist_ok=True)
+    (runs / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
 
 
 def train_bpe(vocab_size: int, special_tokens: list[str], texts: Iterable[str] | None = None, bos: str | None = None):

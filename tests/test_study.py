@@ -4,22 +4,17 @@ over seeds as a hand computation does; a rerun measures nothing twice; an interr
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
 import headprobe.study.job as job
-from headprobe.model.checkpoint import save_checkpoint
-from headprobe.model.tokenizer import ByteTokenizer
-from headprobe.model.transformer import Transformer
 from headprobe.results import read_table
 from headprobe.study import StudyError, StudySettings, run_study
 from headprobe.study.tables import comparisons, markdown, spread
-from headprobe.testing import tiny_config
+from headprobe.testing import GRID_RUNS as RUNS
+from headprobe.testing import random_grid, tiny_config
 
-RUNS = (("pt", "pt", None), ("cpt", "cpt", None), ("cpt-frozen", "cpt", "attention"))
 SETTINGS = StudySettings(
     probes=["needle@60", "copy@40"],
     probe_samples=2,
@@ -37,24 +32,7 @@ SETTINGS = StudySettings(
 
 def fake_grid(members=("toy-a",), seeds=(0, 1)):
     """A stand-in for the trainer: random tiny byte models in the grid's layout, and their manifest."""
-
-    def train_grid(runs: Path) -> dict:
-        entries = []
-        for s, seed in enumerate(seeds):
-            for m, member in enumerate(members):
-                for i, (run, stage, freeze) in enumerate(RUNS):
-                    folder = runs / member / f"s{seed}" / run / "final"
-                    if not folder.is_dir():
-                        torch.manual_seed(100 * s + 10 * m + i)
-                        model = Transformer(tiny_config(vocab_size=264, max_seq_len=1024))
-                        save_checkpoint(model, folder, ByteTokenizer())
-                    entries.append(
-                        dict(member=member, seed=seed, run=run, stage=stage, freeze=freeze, checkpoint=str(folder))
-                        | dict(tokens=10, steps=1, final_loss=1.0 + s + m)
-                    )
-        return {"runs": entries}
-
-    return train_grid
+    return lambda runs: random_grid(runs, members, seeds)
 
 
 def test_every_measurement_lands_on_its_member_seed_and_run_and_a_rerun_measures_nothing_again(tmp_path, monkeypatch):

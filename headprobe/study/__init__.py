@@ -3,12 +3,13 @@ profile on the toy grid).
 
 ========  ==========================================================================================
 settings  :class:`StudySettings`: what is measured on the trained runs (the recipe's ``study`` section)
-job       :func:`run_study`: train through the trainer plugin, probe, analyze, evaluate, tabulate
+job       :func:`run_study`: train through the trainer plugin, then :func:`measure`: probe, analyze,
+          evaluate, tabulate (also on its own, for a grid trained earlier: the ``analyses/`` scripts)
 tables    the study's tidy tables and the comparisons drawn from them (mean and spread over seeds)
 ========  ==========================================================================================
 """
 
-from headprobe.study.job import StudyReport, run_study
+from headprobe.study.job import MEASUREMENTS, StudyReport, measure, run_study
 from headprobe.study.settings import StudyError, StudySettings
 
-__all__ = ["StudyError", "StudyReport", "StudySettings", "run_study"]
+__all__ = ["MEASUREMENTS", "StudyError", "StudyReport", "StudySettings", "measure", "run_study"]

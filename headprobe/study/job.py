@@ -18,7 +18,7 @@ Training goes through a callable (the trainer plugin's grid): headprobe never im
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,9 @@ from headprobe.evals.shortctx.evaluate import ShortCtxSettings
 from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
 from headprobe.model.atomic import atomic_write_text
 from headprobe.model.checkpoint import load_checkpoint
-from headprobe.results import Schema, write_table
+from headprobe.results import Schema, read_table, table_path, write_table
 from headprobe.runs import Parts, Progress, RunReport, Silent, checkpoint_name, resume_key, table_meta
-from headprobe.study.settings import StudySettings
+from headprobe.study.settings import StudyError, StudySettings
 from headprobe.study.tables import (
     SCHEMAS,
     STUDY_HEADS,
@@ -159,20 +159,30 @@ def shortctx_table(
     chosen = _chosen(runs, s.shortctx_runs)
     if chosen.empty:
         return STUDY_SHORTCTX.empty()
-    report = shortctx_many(list(chosen["checkpoint"]), out, ShortCtxSettings(), device=device, progress=progress)
-    scores = _results(report, errors, "shortctx")
-    return STUDY_SHORTCTX.empty() if scores is None else _tag(scores[["model", "task", "metric", "value"]], runs)
+    frames = []
+    for task, file in s.shortctx_tasks.items():  # each task in its own folder: OUT/shortctx/<task>/<model>/
+        settings = ShortCtxSettings(task=task, file=file)
+        report = shortctx_many(list(chosen["checkpoint"]), out / task, settings, device=device, progress=progress)
+        scores = _results(report, errors, f"shortctx {task}")
+        if scores is not None:
+            frames.append(scores[["model", "task", "metric", "value"]])
+    return STUDY_SHORTCTX.empty() if not frames else _tag(pd.concat(frames, ignore_index=True), runs)
 
 
 def write_report(
-    out: Path, tables: dict[str, pd.DataFrame], settings: dict[str, Any], errors: dict[str, str]
+    out: Path,
+    tables: dict[str, pd.DataFrame],
+    settings: dict[str, Any],
+    errors: dict[str, str],
+    earlier: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Write every tidy table under ``OUT/tables/`` and the comparisons to ``OUT/report.md``."""
+    """Write every tidy table under ``OUT/tables/`` and the comparisons of those and the ``earlier`` ones
+    (already there) to ``OUT/report.md``."""
     schemas: dict[str, Schema] = {schema.table: schema for schema in SCHEMAS}
     for name, frame in tables.items():
         meta = table_meta(name, None, None, settings)
         write_table(out / "tables" / f"{name}.parquet", frame.reset_index(drop=True), meta, schemas[name])
-    views = comparisons(tables)
+    views = comparisons({**(earlier or {}), **tables})
     text = ["# headprobe study", "", f"Settings: `{json.dumps(settings, default=str)}`", ""]
     for title, frame in views.items():
         text += [f"## {title}", "", markdown(frame), ""]
@@ -180,6 +190,70 @@ def write_report(
         text += ["## Failures", "", *(f"- {what}: {message}" for what, message in errors.items()), ""]
     atomic_write_text(out / "report.md", "\n".join(text))
     return views
+
+
+MEASUREMENTS = ("probes", "heads", "ruler", "shortctx")  # what measure() can do, in the order it does it
+
+
+def measure(
+    manifest: dict[str, Any],
+    out: str | Path,
+    settings: StudySettings | None = None,
+    *,
+    parts: Sequence[str] = MEASUREMENTS,
+    device: str = "cpu",
+    progress: Progress | None = None,
+    record: dict[str, Any] | None = None,
+) -> StudyReport:
+    """Measure the finished runs of a grid (``manifest``: what the trainer's grid writes to
+    ``RUNS/manifest.json``) and write the tables and ``report.md`` (see the module docstring).
+
+    ``parts`` chooses the measurements (:data:`MEASUREMENTS`: task probes, retrieval heads and the other
+    ``analyze`` metrics, RULER-style, short-context); every part resumes, so measuring again only does what
+    is missing. Calls with other ``parts`` or runs (the ``analyses/`` scripts) can share ``out``: a study
+    table keeps the rows of the models a call did not measure, and ``report.md`` compares every study
+    table there. ``record`` (e.g. the recipe and profile) is stored with the tables."""
+    out, settings, progress = Path(out), settings or StudySettings(), progress or Silent()
+    settings.validate()
+    unknown = sorted(set(parts) - set(MEASUREMENTS))
+    if unknown:
+        raise StudyError(f"unknown measurements {unknown}; choose from {', '.join(MEASUREMENTS)}")
+    report = StudyReport(out)
+    if not manifest.get("runs"):
+        raise StudyError("the grid's manifest lists no finished run: train the grid first")
+    runs = _runs(manifest)
+    errors = report.errors
+    tables = {STUDY_RUNS.table: runs[[*WHO, "stage", "freeze", "steps", "tokens", "final_loss"]]}
+    if "probes" in parts:
+        tables[STUDY_PROBES.table] = probe_table(runs, out / "probes", settings.probe_list(), device, progress)
+    if "heads" in parts:
+        tables[STUDY_HEADS.table] = head_table(runs, out / "analysis", settings, device, progress, errors)
+    if "ruler" in parts:
+        tables[STUDY_RULER.table] = ruler_table(runs, out / "ruler", settings, device, progress, errors)
+    if "shortctx" in parts:
+        tables[STUDY_SHORTCTX.table] = shortctx_table(runs, out / "shortctx", settings, device, progress, errors)
+    earlier = {
+        schema.table: read_table(table_path(out / "tables", schema.table)).frame
+        for schema in SCHEMAS
+        if table_path(out / "tables", schema.table).is_file()
+    }
+    for name, frame in list(tables.items()):
+        if name != STUDY_RUNS.table and name in earlier:
+            tables[name] = _accumulate(earlier.pop(name), frame)
+    report.tables = tables
+    earlier.pop(STUDY_RUNS.table, None)  # the manifest is the grid's record of its runs
+    record = {**(record or {}), "study": settings.to_dict(), "measured": list(parts)}
+    report.comparisons = write_report(out, tables, record, errors, earlier)
+    return report
+
+
+def _accumulate(earlier: pd.DataFrame, now: pd.DataFrame) -> pd.DataFrame:
+    """A study table across calls: ``now``'s rows, and ``earlier``'s rows of the models ``now`` did not
+    measure (another script measured other runs into the same folder)."""
+    if now.empty or earlier.empty:
+        return earlier if now.empty else now
+    kept = earlier[~earlier["model"].isin(set(now["model"]))]
+    return pd.concat([kept, now], ignore_index=True) if len(kept) else now
 
 
 def run_study(
@@ -192,21 +266,10 @@ def run_study(
     record: dict[str, Any] | None = None,
 ) -> StudyReport:
     """Train (``train_grid(RUNS)`` returns the grid's manifest, with ``interrupted`` when it stopped early),
-    then measure every finished run and write the tables and ``report.md`` (see the module docstring).
-    ``record`` (e.g. the recipe and profile) is stored with the tables."""
-    out, settings, progress = Path(out), settings or StudySettings(), progress or Silent()
+    then :func:`measure` every finished run."""
+    out, settings = Path(out), settings or StudySettings()
     settings.validate()
     manifest = train_grid(out / "runs")
-    report = StudyReport(out, interrupted=bool(manifest.get("interrupted")))
-    if report.interrupted or not manifest["runs"]:
-        return report
-    runs = _runs(manifest)
-    tables = {STUDY_RUNS.table: runs[[*WHO, "stage", "freeze", "steps", "tokens", "final_loss"]]}
-    tables[STUDY_PROBES.table] = probe_table(runs, out / "probes", settings.probe_list(), device, progress)
-    errors = report.errors
-    tables[STUDY_HEADS.table] = head_table(runs, out / "analysis", settings, device, progress, errors)
-    tables[STUDY_RULER.table] = ruler_table(runs, out / "ruler", settings, device, progress, errors)
-    tables[STUDY_SHORTCTX.table] = shortctx_table(runs, out / "shortctx", settings, device, progress, errors)
-    report.tables = tables
-    report.comparisons = write_report(out, tables, {**(record or {}), "study": settings.to_dict()}, errors)
-    return report
+    if manifest.get("interrupted") or not manifest["runs"]:
+        return StudyReport(out, interrupted=bool(manifest.get("interrupted")))
+    return measure(manifest, out, settings, device=device, progress=progress, record=record)

@@ -27,7 +27,9 @@ class StudySettings:
             (:class:`headprobe.analysis.AnalyzeSettings`); retrieval uses the ``codes`` needles.
         ruler_runs / ruler_tasks / ruler_lengths / ruler_samples: RULER-style evaluation
             (:class:`headprobe.evals.ruler.RulerSettings`) of these runs.
-        shortctx_runs: the runs scored on the built-in short-context set.
+        shortctx_runs: the runs scored on the short-context tasks.
+        shortctx_tasks: ``task -> file``: the short-context tasks (``builtin``, needing no file, or a loader of
+            :data:`headprobe.evals.shortctx.items.LOADERS` with the task's local file in its original format).
     """
 
     probes: list[str] = field(default_factory=lambda: ["needle@100", "needle@500", "needle@1000", "needle@1500"])
@@ -42,6 +44,7 @@ class StudySettings:
     ruler_lengths: list[int] = field(default_factory=lambda: [512, 1024])
     ruler_samples: int = 8
     shortctx_runs: list[str] = field(default_factory=lambda: ["pt", "sft"])
+    shortctx_tasks: dict[str, str | None] = field(default_factory=lambda: {"builtin": None})
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any] | None) -> StudySettings:
@@ -61,6 +64,13 @@ class StudySettings:
                 raise StudyError(f"`probes`: {err}") from None
         if self.probe_samples < 1 or self.analysis_samples < 1 or self.ruler_samples < 1:
             raise StudyError("`probe_samples`, `analysis_samples` and `ruler_samples` must be >= 1")
+        from headprobe.evals.shortctx.items import LOADERS
+
+        for task, file in self.shortctx_tasks.items():
+            if task != "builtin" and task not in LOADERS:
+                raise StudyError(f"`shortctx_tasks`: unknown task {task!r}; known: builtin, {', '.join(LOADERS)}")
+            if task != "builtin" and not file:
+                raise StudyError(f"`shortctx_tasks`: {task} needs its local file (task=FILE)")
 
     def probe_list(self) -> list[Probe]:
         return [Probe(p.task, p.distance, self.probe_samples) for p in map(Probe.parse, self.probes)]

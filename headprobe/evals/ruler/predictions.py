@@ -44,14 +44,16 @@ class Predictions:
         if not path.exists():
             return {}
         rows, good = {}, []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for line in lines:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
             rows[row["index"]] = row
             good.append(line)
-        atomic_write_text(path, "".join(g + "\n" for g in good))
+        if len(good) < len(lines):  # rewritten only to drop a torn line; finished files are left alone
+            atomic_write_text(path, "".join(g + "\n" for g in good))
         return rows
 
     def append(self, task: str, length: int, rows: list[dict[str, Any]]) -> None:
