@@ -1,7 +1,7 @@
 """What every ``analyses/`` script shares: read a trained grid, settle the settings, measure, print.
 
     python analyses/<script>.py RUNS [--out RESULTS] [--runs pt,cpt] [--lengths 1024] [--samples 4]
-                                     [--tasks niah_single_1,...] [--device cpu]
+                                     [--tasks niah_single_1,...] [--task-files arc=FILE,...] [--device cpu]
 
 ``RUNS`` is a grid's runs folder (``headprobe train grid`` or ``headprobe study`` wrote it; its
 ``manifest.json`` lists every finished run). The settings start from the ``study`` section of the recipe
@@ -27,13 +27,15 @@ _OPTIONS = {
     "probes": {"samples": "probe_samples"},
     "heads": {"runs": "analysis_runs", "lengths": "analysis_lengths", "samples": "analysis_samples"},
     "ruler": {"runs": "ruler_runs", "lengths": "ruler_lengths", "samples": "ruler_samples", "tasks": "ruler_tasks"},
-    "shortctx": {"runs": "shortctx_runs"},
+    "shortctx": {"runs": "shortctx_runs", "task_files": "shortctx_tasks"},
 }
 _HELP = {
     "runs": "comma list of the grid's runs to measure, e.g. pt,cpt",
     "lengths": "comma list of context lengths in tokens",
     "samples": "samples (inputs, needles or examples) per model and length",
     "tasks": "comma list of RULER-style tasks",
+    "task_files": "short-context tasks and their local files, e.g. arc=ARC-Easy-Test.jsonl,piqa=valid.jsonl "
+    "(default: the recipe's, else the built-in set)",
 }
 
 
@@ -73,7 +75,7 @@ def parse(experiment: Experiment, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("results/analyses"), help="results folder")
     parser.add_argument("--device", default="cpu", help="cpu | cuda")
     for option in sorted({o for part in experiment.parts for o in _OPTIONS[part]}):
-        parser.add_argument(f"--{option}", help=_HELP[option])
+        parser.add_argument(f"--{option.replace('_', '-')}", dest=option, help=_HELP[option])
     return parser.parse_args(argv)
 
 
@@ -92,6 +94,9 @@ def settings_for(experiment: Experiment, manifest: dict[str, Any], args: argpars
                 changes[name] = int(value)
             elif option == "lengths":
                 changes[name] = [int(x) for x in _words(value)]
+            elif option == "task_files":
+                pairs = [w.partition("=") for w in _words(value)]
+                changes[name] = {task.strip(): file.strip() or None for task, _, file in pairs}
             else:
                 changes[name] = _words(value)
     settings = replace(settings, **changes)

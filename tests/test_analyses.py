@@ -108,3 +108,24 @@ def test_bad_input_is_named(grid, tmp_path, monkeypatch, capsys):
     assert "ruler_samples" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # options of other experiments are refused by argparse
         module.main(module.EXPERIMENT, [str(grid), "--metrics", "entropy"])
+
+
+def test_short_context_reads_task_files_given_on_the_command_line(grid, tmp_path, monkeypatch, capsys):
+    import json
+
+    items = tmp_path / "mine.jsonl"  # headprobe's JSONL: a context, its choices, the right one
+    items.write_text("".join(json.dumps({"context": f"Question {i}:", "choices": [" yes", " no"], "label": i % 2})
+                             + "\n" for i in range(3)))  # fmt: skip
+    arc = tmp_path / "arc.jsonl"  # ARC's own format
+    arc.write_text(json.dumps({"question": {"stem": "Sky?", "choices": [{"label": "A", "text": "blue"},
+                                                                        {"label": "B", "text": "green"}]},
+                               "answerKey": "A"}) + "\n")  # fmt: skip
+    module = script("short_context", monkeypatch)
+    out = tmp_path / "results"
+    argv = [str(grid), "--out", str(out), "--runs", "pt", "--task-files", f"jsonl={items},arc={arc}"]
+    assert module.main(module.EXPERIMENT, argv) == 0
+    frame = read_table(out / "tables" / "study_shortctx.parquet").frame
+    assert set(frame.task) == {"jsonl", "arc"} and set(frame.metric) == {"acc", "acc_norm"}
+    assert len(frame) == 2 * 2 * 2  # 2 models x 2 tasks x 2 metrics
+    assert module.main(module.EXPERIMENT, [str(grid), "--out", str(out), "--task-files", "mmlu=x.json"]) == 2
+    assert "unknown task 'mmlu'" in capsys.readouterr().err
