@@ -36,7 +36,7 @@ from figures import (
 from figures.data import MissingInput, Results
 from figures.tables import latex, write
 from headprobe.cli import app
-from headprobe.results import TableMeta, write_table
+from headprobe.results import TableMeta, read_table, write_table
 
 MEMBERS = ("toy-d16", "toy-d64", "toy-k64v16")
 SEEDS = (0, 1)
@@ -194,6 +194,20 @@ def test_frozen_cpt_compares_trained_and_frozen_attention(results):
     fig = frozen_cpt.build(Results(results))
     bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers if hasattr(c, "patches")}
     for run in ("cpt", "cpt-frozen"):  # mean over seeds and lengths
+        assert bars[run] == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
+    plt.close(fig)
+
+
+def test_frozen_cpt_draws_the_score_before_cpt_when_it_was_measured(results):
+    table = results / "tables" / "study_ruler.parquet"
+    frame = read_table(table).frame
+    before = [{"model": model(m, s, "pt"), "member": m, "seed": s, "run": "pt", "length": n,
+               "score": ruler_score(m, s, "pt", n)} for m in MEMBERS for s in SEEDS for n in LENGTHS]  # fmt: skip
+    write_table(table, pd.concat([frame, pd.DataFrame(before)], ignore_index=True), TableMeta(table="study_ruler"))
+    fig = frozen_cpt.build(Results(results))
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers if hasattr(c, "patches")}
+    assert list(bars) == ["pt", "cpt", "cpt-frozen"]
+    for run in bars:
         assert bars[run] == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
     plt.close(fig)
 
