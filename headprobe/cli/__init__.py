@@ -10,6 +10,7 @@ plan        ``headprobe plan``
 study       ``headprobe study``, ``headprobe demo`` (the study's demo profile)
 figures     ``headprobe figures`` and ``headprobe report``: the study's figures and tables, and one HTML page of
             them all (the ``figures`` package)
+explore     ``headprobe explore``: the attention-map explorer (a local web app, or ``--export`` one page)
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
 progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import typer
 
-from headprobe.cli import analyze, figures, plan, ruler, shortctx, study
+from headprobe.cli import analyze, explore, figures, plan, ruler, shortctx, study
 from headprobe.cli.train import add_trainer_commands
 
 app = typer.Typer(
@@ -42,4 +43,5 @@ app.command("study")(study.study)
 app.command("demo")(study.demo)
 app.command("figures")(figures.figures)
 app.command("report")(figures.report)
+app.command("explore")(explore.explore)
 add_trainer_commands(app)  # the bundled trainer, found as a plugin (headprobe never imports it)

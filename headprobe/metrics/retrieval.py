@@ -107,25 +107,51 @@ def rouge1_recall(reference: str, prediction: str) -> float:
     return float(_rouge1().score(reference, prediction)["rouge1"].recall)
 
 
+def decode_argmax(
+    model: ProbedModel, ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int] = ()
+) -> tuple[list[int], np.ndarray]:
+    """Greedy decoding of the prompt ``ids`` (:meth:`ProbedModel.decode`) that records, at every step,
+    where each head's attention row peaks: returns the produced tokens and ``argmax [steps, layers,
+    max_heads]``, the absolute key position of each head's largest score (first on ties; -1 where a
+    layer has fewer heads)."""
+    width = max(info.n_heads for info in model.layers)
+    rows: dict[int, np.ndarray] = {}
+
+    def probe(step: int, token: int, call: AttentionCall) -> None:
+        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, topk=0)
+        row = rows.setdefault(step, np.full((len(model.layers), width), -1, dtype=np.int64))
+        row[call.layer, : call.q.shape[1]] = (st.argmax[0, :, -1] + call.key_start).cpu().numpy()
+
+    tokens = model.decode(torch.tensor([list(ids)]), max_new_tokens, list(stop_ids), probe=probe)
+    if not tokens:
+        return tokens, np.zeros((0, len(model.layers), width), dtype=np.int64)
+    return tokens, np.stack([rows[step] for step in range(len(tokens))])
+
+
+def copy_scores(
+    argmax: np.ndarray, tokens: Sequence[int], ids: Sequence[int], spans: Sequence[tuple[int, int]]
+) -> np.ndarray:
+    """Wu et al.'s copy score of every head for one decoded sample: each step at which a head's argmax
+    (``argmax [steps, layers, heads]``, absolute prompt positions) lies in an answer span and holds the
+    very token the step produced adds ``1 / len(span)``. Returns ``[layers, heads]``."""
+    scores = np.zeros(argmax.shape[1:])
+    for step, token in enumerate(tokens):
+        where = argmax[step]
+        for start, end in spans:
+            inside = (where >= start) & (where < end)
+            hits = inside & (np.asarray(ids)[np.clip(where, 0, len(ids) - 1)] == token)
+            scores += hits / max(end - start, 1)
+    return scores
+
+
 def retrieval_sample(
     model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50, span: Span | str = Span.EXACT
 ) -> tuple[np.ndarray, dict]:
     """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
     sample's record (response, ROUGE-1 recall, kept or not, the span scored)."""
-    scores = np.zeros((len(model.layers), max(info.n_heads for info in model.layers)))
     start, end = answer_span(model, prompt, span)
-    width = max(end - start, 1)
-    ids = prompt.ids
-
-    def probe(step: int, token: int, call: AttentionCall) -> None:
-        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, topk=0)
-        where = (st.argmax[0, :, -1] + call.key_start).cpu().numpy()  # absolute key position per head
-        inside = (where >= start) & (where < end)
-        for head in np.nonzero(inside)[0]:
-            if ids[where[head]] == token:
-                scores[call.layer, head] += 1 / width
-
-    tokens = model.decode(torch.tensor([ids]), max_new_tokens, list(model.tokenizer.newline_ids), probe=probe)
+    tokens, argmax = decode_argmax(model, prompt.ids, max_new_tokens, model.tokenizer.newline_ids)
+    scores = copy_scores(argmax, tokens, prompt.ids, [(start, end)])
     response = model.tokenizer.decode(tokens)
     recall = rouge1_recall(prompt.needle.answer, response)
     record = {

@@ -1,0 +1,163 @@
+"""``headprobe explore``: the interactive attention-map explorer (a local web app), or a static page of it."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from headprobe.cli.common import DTYPE_HELP, fail, ints
+
+
+def explore(
+    ctx: typer.Context,
+    checkpoints: Annotated[
+        list[Path], typer.Argument(help="one checkpoint or local HF model folder, or two to compare")
+    ],
+    text: Annotated[Path | None, typer.Option(help="explore this UTF-8 text file")] = None,
+    ruler: Annotated[
+        str | None, typer.Option(help="explore sample 0 of this RULER-style task (e.g. niah_single_1)")
+    ] = None,
+    needle: Annotated[bool, typer.Option("--needle", help="explore a needle-in-a-haystack prompt")] = False,
+    length: Annotated[
+        int | None, typer.Option(help="input tokens (needed by --ruler and --needle; cuts --text)")
+    ] = None,
+    depth: Annotated[float, typer.Option(help="--needle: needle depth in percent of the haystack")] = 50.0,
+    seed: Annotated[int, typer.Option(help="--needle/--ruler: which sample")] = 0,
+    needles: Annotated[str, typer.Option(help="--needle: needle set, builtin | codes (the toy models')")] = "builtin",
+    results: Annotated[
+        Path | None, typer.Option(help="an `headprobe analyze` output folder: its per-head tables become metrics")
+    ] = None,
+    layers: Annotated[
+        str | None, typer.Option(help="comma list of layers to capture (default all; fewer saves memory)")
+    ] = None,
+    rows: Annotated[
+        str | None, typer.Option(help="rows the per-head means use: all | last:N | stride:N (default: about 2,048)")
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="address to bind; anything but 127.0.0.1 exposes the inputs to the network")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0: any free one)")] = 0,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open the page in a browser")] = True,
+    export: Annotated[
+        Path | None, typer.Option(help="write a self-contained static page here instead of serving")
+    ] = None,
+    export_levels: Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")] = 2,
+    device: Annotated[str, typer.Option(help="torch device for the models")] = "cpu",
+    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
+) -> None:
+    """Explore exact attention maps of one model (or two side by side) on one input, in the browser, offline.
+
+    Views: a layers x heads overview coloured by a per-head metric; the map of one head at any zoom
+    (each pixel the exact mean attention mass of its query block on its key block, down to single
+    tokens); the input's tokens with a query row's top keys; the needle view (the answer and each head's
+    argmax per step) for --needle and --ruler inputs."""
+    from headprobe.explore import ExploreError, InputError, build_views
+    from headprobe.metrics.rows import Rows
+    from headprobe.probe import ModelLoadError
+    from headprobe.runs import DoesNotFit
+
+    if len(checkpoints) > 2:
+        raise fail(f"give one checkpoint, or two to compare; got {len(checkpoints)}", ctx)
+    chosen = [
+        name for name, on in (("--text", text is not None), ("--ruler", ruler is not None), ("--needle", needle)) if on
+    ]
+    if len(chosen) != 1:
+        raise fail(
+            "give exactly one input: --text FILE, --ruler TASK --length N, or --needle --length N "
+            f"(got {', '.join(chosen) or 'none'})",
+            ctx,
+        )
+    if (ruler or needle) and length is None:
+        raise fail(f"{chosen[0]} needs --length N (input tokens)", ctx)
+    if length is not None and length < 1:
+        raise fail(f"--length {length}: give a positive number of tokens", ctx)
+    if text is not None and not text.is_file():
+        raise fail(f"--text {text}: no such file; give a UTF-8 text file", ctx)
+    if results is not None and not results.is_dir():
+        raise fail(f"--results {results}: no such folder; give an `headprobe analyze` output folder", ctx)
+    if export is not None and (export.is_dir() or not export.parent.is_dir()):
+        raise fail(f"--export {export}: give an HTML file path in an existing folder", ctx)
+    if export_levels < 1:
+        raise fail(f"--export-levels {export_levels}: embed at least 1 level", ctx)
+    for path in checkpoints:
+        if not path.is_dir():
+            raise fail(f"{path}: no such checkpoint folder (a headprobe checkpoint or a local Hugging Face model)", ctx)
+    try:
+        row_spec = Rows.parse(rows) if rows else None
+    except ValueError as err:
+        raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
+    from headprobe.cli.progress import progress_bar
+
+    try:
+        with progress_bar("explore", ctx) as progress:
+            views = build_views(
+                checkpoints,
+                text=text,
+                ruler=ruler,
+                needle=needle,
+                length=length,
+                depth=depth,
+                seed=seed,
+                needles=needles,
+                results=results,
+                layers=ints(layers) if layers else None,
+                rows=row_spec,
+                device=device,
+                dtype=dtype,
+                progress=progress,
+            )
+            if export is not None:
+                from headprobe.explore.export import export_page
+
+                def tick(done: int, total: int) -> None:
+                    if done == 1:
+                        progress.start(total, "export")
+                    progress.advance()
+
+                export_page(views, export, export_levels, progress=tick)
+    except (ExploreError, InputError, ModelLoadError, DoesNotFit, ValueError) as err:
+        raise fail(err, ctx) from None
+    if export is not None:
+        typer.echo(
+            f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed"
+        )
+        return
+    serve(views, host, port, open_browser)
+
+
+def serve(views, host: str, port: int, open_browser: bool) -> None:
+    """Serve the explorer until Ctrl-C."""
+    import uvicorn
+
+    from headprobe.explore import create_app
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        raise fail(f"cannot bind {host}:{port} ({err.strerror}); choose another --port or --host", None) from None
+    bound = sock.getsockname()[1]
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        typer.secho(
+            f"warning: serving on {host}, not only this machine: anyone who can reach it can read the loaded inputs",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound}/"
+    typer.echo(f"headprobe explore: {url}  (Ctrl-C stops it)", err=False)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    config = uvicorn.Config(create_app(views), log_level="warning")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shuts down gracefully, then re-raises the Ctrl-C it caught
+        pass
+    finally:
+        sock.close()
+    typer.echo("stopped")

@@ -1,0 +1,60 @@
+"""Load the models and the input the command line names, as :class:`~headprobe.explore.session.ModelView` s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from headprobe.explore.inputs import ExploreInput, needle_input, ruler_input, text_input
+from headprobe.explore.session import ModelView
+from headprobe.metrics.rows import Rows
+from headprobe.probe import ProbedModel, load_model, parse_dtype
+from headprobe.runs import Progress, checkpoint_name
+
+
+def make_input(
+    model: ProbedModel,
+    *,
+    text: Path | None = None,
+    ruler: str | None = None,
+    needle: bool = False,
+    length: int | None = None,
+    depth: float = 50.0,
+    seed: int = 0,
+    needles: str = "builtin",
+) -> ExploreInput:
+    """The one input the options name, tokenised by ``model``."""
+    if text is not None:
+        return text_input(model, text, length)
+    if length is None:
+        raise ValueError("--ruler and --needle need --length N")
+    if ruler is not None:
+        return ruler_input(model, ruler, length, seed)
+    if needle:
+        return needle_input(model, length, depth, seed, needles)
+    raise ValueError("give one input: --text FILE, --ruler TASK or --needle")
+
+
+def build_views(
+    checkpoints: Sequence[str | Path],
+    *,
+    layers: list[int] | None = None,
+    rows: Rows | None = None,
+    results: Path | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    progress: Progress | None = None,
+    **input_options,
+) -> list[ModelView]:
+    """One :class:`ModelView` per checkpoint (names made unique), each on the input of ``input_options``
+    (:func:`make_input`)."""
+    views: list[ModelView] = []
+    for path in checkpoints:
+        name = checkpoint_name(path)
+        if any(v.name == name for v in views):
+            name = f"{name}#{len(views) + 1}"
+        model = load_model(path, device=device, dtype=parse_dtype(dtype))
+        model.name = name
+        inp = make_input(model, **input_options)
+        views.append(ModelView(model, inp, name, rows=rows, layers=layers, results=results, progress=progress))
+    return views
