@@ -93,7 +93,13 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def needle_view(tiny):
-    return ModelView(tiny, needle_input(tiny, 600, 40.0, seed=1), "tiny")
+    """A 600-token needle prompt, captured in chunks of 128 tokens (the references run it in one pass)."""
+    from unittest import mock
+
+    import headprobe.explore.session as session
+
+    with mock.patch.object(session, "PREFILL_CHUNK", 128):
+        return ModelView(tiny, needle_input(tiny, 600, 40.0, seed=1), "tiny")
 
 
 def reference_patterns(model: HeadprobeModel, ids: list[int]) -> dict[int, torch.Tensor]:
@@ -206,8 +212,13 @@ def test_a_local_hugging_face_model_maps_equal_its_own_eager_attention_weights(h
     from transformers import AutoModelForCausalLM
 
     model = load_model(hf_models[arch])
+    from unittest import mock
+
+    import headprobe.explore.session as session
+
     (tmp_path / "t.txt").write_text(" ".join(f"word{i % 37} and thing{i % 11}." for i in range(200)))
-    view = ModelView(model, text_input(model, tmp_path / "t.txt", length=300), arch)
+    with mock.patch.object(session, "PREFILL_CHUNK", 64):  # captured in chunks; the reference in one pass
+        view = ModelView(model, text_input(model, tmp_path / "t.txt", length=300), arch)
     eager = AutoModelForCausalLM.from_pretrained(str(hf_models[arch]), local_files_only=True,
                                                  attn_implementation="eager").eval()  # fmt: skip
     with torch.no_grad():
@@ -352,6 +363,18 @@ def test_the_command_refuses_bad_options_with_a_message(checkpoint, args, messag
 def test_a_missing_checkpoint_is_named(tmp_path):
     out = CliRunner().invoke(cli, ["explore", str(tmp_path / "none"), "--needle", "--length", "300"])
     assert out.exit_code == 2 and "none: no such checkpoint folder" in out.output
+
+
+def test_export_from_the_command_line_on_a_local_hugging_face_model(hf_models, tmp_path):
+    (tmp_path / "t.txt").write_text("The quick brown fox jumps over the lazy dog. " * 30)
+    out_file = tmp_path / "page.html"
+    args = ["explore", str(hf_models["qwen2"]), "--text", str(tmp_path / "t.txt"), "--length", "200"]
+    out = CliRunner().invoke(cli, [*args, "--export", str(out_file), "--export-levels", "1"])
+    assert out.exit_code == 0, out.output
+    page = out_file.read_text()
+    assert "wrote" in out.output and '"name":"qwen2"' in page and '"length":200' in page
+    refused = CliRunner().invoke(cli, [*args, "--export", str(tmp_path)])
+    assert refused.exit_code == 2 and "give an HTML file path" in refused.output
 
 
 def _serve(args: list[str]) -> tuple[subprocess.Popen, str]:
@@ -517,7 +540,6 @@ def test_the_page_draws_the_values_the_api_returned(served, browser, tmp_path):
     page.uncheck("#marks")  # the diagonal, band and needle marks drawn over the map
     page.evaluate("hp.setView({u0: 0, v0: 0, zoom: 1})")
     page.evaluate("hp.idle()")
-    _shot(page, "map", tmp_path)
     cmap = httpx.get(url + "static/colormap.json").json()
     tiles = {
         (r, c): httpx.get(url + "api/tile", params=dict(model=0, layer=1, head=0, level=0, row=r, col=c)).json()
@@ -540,6 +562,9 @@ def test_the_page_draws_the_values_the_api_returned(served, browser, tmp_path):
     assert above[:3] == cmap["background"]  # above the diagonal: nothing is seen
 
     page.check("#marks")
+    page.select_option("#scale", "log")
+    page.evaluate("hp.idle()")
+    _shot(page, "map", tmp_path)
     # zoom to token level around the needle: the cells' labels are the tokens the API returns
     (a, _), q = view.input.spans[0], view.input.question[1] - 1
     page.evaluate(f"hp.centerOn({q}, {a})")
@@ -567,6 +592,9 @@ def test_the_page_draws_the_values_the_api_returned(served, browser, tmp_path):
     needle_rows = page.eval_on_selector_all("#needle table tr", "rs => rs.slice(1).map(r => r.cells[2].textContent)")
     argmax = view.evidence["argmax"][:, 1, 0]
     assert [int(t.split()[0]) for t in needle_rows] == argmax.tolist()
+    line = page.inner_text("#needle-head")
+    assert f"retrieval score {view.metrics['retrieval'][1, 0]:.3f}" in line
+    assert f"question rows {view.metrics['needle_mass'][1, 0]:.3f}" in line
     assert not errors, errors
 
 

@@ -120,6 +120,8 @@ def explore(
                 export_page(views, export, export_levels, progress=tick)
     except (ExploreError, InputError, ModelLoadError, DoesNotFit, ValueError) as err:
         raise fail(err, ctx) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted before the explorer started; nothing was written", ctx, code=130) from None
     if export is not None:
         typer.echo(
             f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed"

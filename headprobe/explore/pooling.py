@@ -120,8 +120,11 @@ def pooled_mass(
     n_rows, n_cols = -(-(r1 - r0) // block), -(-(k1 - k0) // block)
     out = torch.zeros(n_rows, n_cols, dtype=work, device=q.device)
     lse_out = torch.empty(r1 - r0, dtype=work, device=q.device)
-    width = window if window is not None else (r1 if lse is None else k1 - k0)
-    step = max(1, min(r1 - r0, budget // max(1, width)))
+    if window is not None:  # a chunk of ``step`` rows sees at most ``step + window - 1`` keys
+        step = int((math.sqrt(window * window + 4 * budget) - window) / 2)
+    else:  # at most every key up to the chunk's end (or the requested ones)
+        step = budget // max(1, r1 if lse is None else k1 - k0)
+    step = max(1, min(r1 - r0, step))
     for c0 in range(r0, r1, step):
         c1 = min(r1, c0 + step)
         lo = mask.key_range(c0)[0]

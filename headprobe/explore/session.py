@@ -21,9 +21,9 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor
 
@@ -36,6 +36,7 @@ from headprobe.model.seam import AttentionCall
 from headprobe.probe.base import ProbedModel
 from headprobe.results import collect
 from headprobe.runs import Progress, Silent, available_memory, require_fits
+from headprobe.stats import attention_stats
 
 # per-head metrics: name -> (label, description)
 METRICS = {
@@ -48,6 +49,7 @@ METRICS = {
 }
 AUTO_ROWS = 2048  # rows the per-head means use by default (every row of shorter inputs)
 TILE_CACHE_BYTES = 256 << 20
+PREFILL_CHUNK = 4096  # tokens per forward chunk while capturing
 
 
 class ExploreError(ValueError):
@@ -115,18 +117,20 @@ class ModelView:
         self._lse: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # (layer, head) -> (lse [L], known [L])
         progress = progress or Silent()
         self.check_memory()
-        progress.start(3 if inp.spans else 2, f"{name}: forward pass over {inp.length:,} tokens")
-        self.captures = self._capture()
+        progress.start(3, f"{name}: forward pass over {inp.length:,} tokens")
+        self.captures, state = self._capture()
+        progress.advance()
+        self.evidence: dict | None = None
+        if state is not None:
+            progress.describe(f"{name}: generating the answer")
+            self.evidence = self._evidence(state)
+            del state
         progress.advance()
         progress.describe(f"{name}: per-head metrics")
         self.metrics = self._head_metrics()
-        progress.advance()
-        self.evidence: dict | None = None
-        if inp.spans and inp.max_new_tokens:
-            progress.describe(f"{name}: generating the answer")
-            self.evidence = self._evidence()
+        if self.evidence is not None:
             self.metrics["retrieval"] = self.evidence["scores"]
-            progress.advance()
+        progress.advance()
         if results is not None:
             self.metrics |= self._results_metrics(Path(results))
 
@@ -152,7 +156,8 @@ class ModelView:
         """Refuse, before any work, an input whose forward pass and captures would not fit in memory."""
         length = self.input.length
         self.model.check_length(length)
-        estimate = self.model.memory(length)
+        decodes = bool(self.input.spans and self.input.max_new_tokens)
+        estimate = self.model.memory(length, cached_tokens=length + self.input.max_new_tokens if decodes else 0)
         estimate = dataclasses.replace(estimate, statistics=estimate.statistics + self.capture_bytes())
         require_fits(
             f"exploring {self.name} at {length:,} tokens",
@@ -161,21 +166,34 @@ class ModelView:
             "use a shorter --length or capture fewer --layers",
         )
 
-    def _capture(self) -> dict[int, Capture]:
+    def _capture(self) -> tuple[dict[int, Capture], Any]:
+        """Run the input through the model in chunks of :data:`PREFILL_CHUNK` tokens (activations stay
+        bounded; the KV cache holds the keys), copying each chunk's queries and new keys into one
+        buffer per layer. For an input the needle view decodes, the last token is left out: the first
+        decoding step fills its row (:meth:`_evidence`), so the prefill serves both. Returns the
+        captures and the decoding state (``None`` when nothing is decoded)."""
+        ids = torch.tensor([self.input.ids])
+        length = self.input.length
         captures: dict[int, Capture] = {}
 
         def probe(call: AttentionCall) -> None:
-            if call.layer in self.layer_ids:
-                captures[call.layer] = Capture(
-                    call.q[0].detach().clone(), call.k[0].detach().clone(), call.window, call.scale
-                )
+            if call.layer not in self.layer_ids:
+                return
+            n, start = call.q.shape[2], call.query_start
+            if call.layer not in captures:
+                (_, h, _, d), hkv = call.q.shape, call.k.shape[1]
+                q = call.q.new_empty(h, length, d)
+                captures[call.layer] = Capture(q, call.k.new_empty(hkv, length, d), call.window, call.scale)
+            cap = captures[call.layer]
+            cap.q[:, start : start + n] = call.q[0]
+            cap.k[:, start : start + n] = call.k[0, :, -n:]  # the queries' own keys are the call's last ones
 
-        self.model.run(torch.tensor([self.input.ids]), probe=probe)
-        return captures
+        decodes = bool(self.input.spans and self.input.max_new_tokens)
+        state = self.model.prefill(ids[:, :-1] if decodes else ids, probe=probe, chunk=PREFILL_CHUNK)
+        self._capture_probe = probe
+        return captures, (state if decodes else None)
 
     def _head_metrics(self) -> dict[str, np.ndarray]:
-        from headprobe.stats import attention_stats
-
         out = {
             m: np.full((len(self.layers), self.max_heads), np.nan)
             for m in ("entropy", "norm_entropy", "max_prob", "mean_distance")
@@ -203,9 +221,21 @@ class ModelView:
                 out["needle_mass"][layer, :h] = st.span_mass[0].double().sum(-1).mean(-1).cpu().numpy()
         return out
 
-    def _evidence(self) -> dict:
+    def _evidence(self, state: Any) -> dict:
+        """Decode the answer from the prefilled ``state``; the first step's calls also fill the captures'
+        last row."""
+
+        def last_row(step: int, token: int, call: AttentionCall) -> None:
+            if step == 0:
+                self._capture_probe(call)
+
         tokens, argmax = decode_argmax(
-            self.model, self.input.ids, self.input.max_new_tokens, self.model.tokenizer.newline_ids
+            self.model,
+            self.input.ids,
+            self.input.max_new_tokens,
+            self.model.tokenizer.newline_ids,
+            state=state,
+            probe=last_row,
         )
         scores = copy_scores(argmax, tokens, self.input.ids, self.input.spans)
         for info in self.layers:
@@ -312,8 +342,6 @@ class ModelView:
 
     def row(self, layer: int, head: int, position: int, k: int = 10) -> dict:
         """Query ``position``'s top-``k`` keys of one head with their probabilities, and its entropy."""
-        from headprobe.stats import attention_stats
-
         cap = self.capture(layer, head)
         if not 0 <= position < self.input.length:
             raise ExploreError(f"position {position} is outside the input (0..{self.input.length - 1})")
@@ -393,20 +421,3 @@ class ModelView:
         if not 0 <= start <= end <= self.input.length or end - start > 65536:
             raise ExploreError(f"tokens {start}..{end}: ask for at most 65,536 tokens inside 0..{self.input.length}")
         return self.input.tokens[start:end]
-
-
-def head_frame(view: ModelView) -> pd.DataFrame:
-    """Every per-head metric of ``view`` as one tidy table (model, layer, head, layer_type, metric, value)."""
-    return pd.DataFrame.from_records(
-        {
-            "model": view.name,
-            "layer": info.index,
-            "head": h,
-            "layer_type": str(info.layer_type),
-            "metric": m,
-            "value": grid[info.index, h],
-        }
-        for m, grid in view.metrics.items()
-        for info in view.layers
-        for h in range(info.n_heads)
-    )

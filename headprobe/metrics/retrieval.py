@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ import torch
 from headprobe.metrics.attention import HEAD_COLUMNS
 from headprobe.model.config import Choice
 from headprobe.model.seam import AttentionCall
-from headprobe.probe.base import ProbedModel
+from headprobe.probe.base import DecodeProbe, ProbedModel
 from headprobe.results import Column, Schema
 from headprobe.stats import attention_stats
 from headprobe.text.needles import NEEDLES, Needle, NeedlePrompt, needle_prompt
@@ -108,21 +109,30 @@ def rouge1_recall(reference: str, prediction: str) -> float:
 
 
 def decode_argmax(
-    model: ProbedModel, ids: Sequence[int], max_new_tokens: int, stop_ids: Sequence[int] = ()
+    model: ProbedModel,
+    ids: Sequence[int],
+    max_new_tokens: int,
+    stop_ids: Sequence[int] = (),
+    state: Any = None,
+    probe: DecodeProbe | None = None,
 ) -> tuple[list[int], np.ndarray]:
-    """Greedy decoding of the prompt ``ids`` (:meth:`ProbedModel.decode`) that records, at every step,
-    where each head's attention row peaks: returns the produced tokens and ``argmax [steps, layers,
-    max_heads]``, the absolute key position of each head's largest score (first on ties; -1 where a
-    layer has fewer heads)."""
+    """Greedy decoding of the prompt ``ids`` (:meth:`ProbedModel.decode`, from ``state`` when the prompt
+    minus its last token is already prefilled) that records, at every step, where each head's attention
+    row peaks: returns the produced tokens and ``argmax [steps, layers, max_heads]``, the absolute key
+    position of each head's largest score (first on ties; -1 where a layer has fewer heads). ``probe``
+    also sees every step's calls."""
     width = max(info.n_heads for info in model.layers)
     rows: dict[int, np.ndarray] = {}
 
-    def probe(step: int, token: int, call: AttentionCall) -> None:
+    def record(step: int, token: int, call: AttentionCall) -> None:
         st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, topk=0)
         row = rows.setdefault(step, np.full((len(model.layers), width), -1, dtype=np.int64))
         row[call.layer, : call.q.shape[1]] = (st.argmax[0, :, -1] + call.key_start).cpu().numpy()
+        if probe is not None:
+            probe(step, token, call)
 
-    tokens = model.decode(torch.tensor([list(ids)]), max_new_tokens, list(stop_ids), probe=probe)
+    resume = {} if state is None else {"state": state}  # models that decode their own way need not take it
+    tokens = model.decode(torch.tensor([list(ids)]), max_new_tokens, list(stop_ids), probe=record, **resume)
     if not tokens:
         return tokens, np.zeros((0, len(model.layers), width), dtype=np.int64)
     return tokens, np.stack([rows[step] for step in range(len(tokens))])

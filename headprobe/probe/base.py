@@ -73,18 +73,39 @@ class ProbedModel:
         raise NotImplementedError
 
     @torch.no_grad()
+    def prefill(self, ids: Tensor, probe: AttentionProbe | None = None, chunk: int | None = None) -> Any:
+        """The decoding state after running ``ids [1, n]`` into a fresh KV cache, ``chunk`` tokens at a time
+        (``None``: all at once), each attention call shown to ``probe``. Chunks keep the activations at
+        ``O(chunk)`` tokens on top of the cache, so long prompts fit; every query still sees every key
+        it would see in one pass (the cache holds them)."""
+        ids = ids.to(self.device)
+        if chunk is None or ids.shape[1] <= chunk:
+            if probe is None:
+                return self._prefill(ids)
+            state = self._prefill(ids[:, :0])
+            if ids.shape[1]:
+                self._step(state, ids, probe)
+            return state
+        state = self._prefill(ids[:, :0])
+        for start in range(0, ids.shape[1], chunk):
+            self._step(state, ids[:, start : start + chunk], probe)
+        return state
+
+    @torch.no_grad()
     def decode(
         self,
         prompt_ids: Tensor,
         max_new_tokens: int,
         stop_ids: list[int] | None = None,
         probe: DecodeProbe | None = None,
+        state: Any = None,
     ) -> list[int]:
         """Greedy decoding of ``prompt_ids [1, n]``: prefill ``n - 1`` tokens, then one step per token
         from the last prompt token; ``probe(step, token, call)`` sees every attention call of each step
-        together with the token that step produced. Stops after a token in ``stop_ids``."""
+        together with the token that step produced. Stops after a token in ``stop_ids``. ``state``: the
+        first ``n - 1`` tokens already prefilled (:meth:`prefill`)."""
         ids = prompt_ids.to(self.device)
-        state = self._prefill(ids[:, :-1])
+        state = self._prefill(ids[:, :-1]) if state is None else state
         token = ids[:, -1:]
         out: list[int] = []
         for step in range(max_new_tokens):
@@ -134,7 +155,8 @@ class ProbedModel:
         raise NotImplementedError
 
     def _step(self, state: Any, token: Tensor, probe: AttentionProbe | None) -> Tensor:
-        """One token per row ``[batch, 1]`` through the cache; returns logits ``[batch, 1, vocab]``."""
+        """Tokens ``[batch, n]`` (one per row when decoding; a chunk of one prompt when prefilling) through
+        the cache; returns the last position's logits ``[batch, 1, vocab]``."""
         raise NotImplementedError
 
     def logits(self, input_ids: Tensor) -> Tensor:

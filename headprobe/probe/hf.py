@@ -216,5 +216,5 @@ class HFModel(ProbedModel):
             extra["position_ids"] = (state["position"] - pad)[:, None]  # each row's own position
         with self._probing(probe):
             out = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **extra)
-        state["position"] += 1
+        state["position"] += token.shape[1]
         return out.logits

@@ -496,6 +496,14 @@ const hp = (() => {
     p.textContent = `generated: ${JSON.stringify(ev.answer)} — expected: ${ev.expected.map((a) => JSON.stringify(a)).join(", ")}`;
     box.innerHTML = "";
     box.appendChild(p);
+    if (sel) {
+      const v = (grid) => (grid && grid[sel.layer][sel.head] !== null ? grid[sel.layer][sel.head].toFixed(3) : "n/a");
+      const line = document.createElement("p");
+      line.id = "needle-head";
+      line.textContent = `layer ${sel.layer} head ${sel.head}: retrieval score ${v(ev.retrieval)}, ` +
+        `mass on the answer span at the question rows ${v(ev.needle_mass)}`;
+      box.appendChild(line);
+    }
     const table = document.createElement("table");
     table.innerHTML = "<tr><th>step</th><th>token</th><th>argmax key of the open head</th><th>copies?</th></tr>";
     ev.tokens.forEach((tok, step) => {
