@@ -39,7 +39,7 @@ def tiny_config(**overrides: Any) -> ModelConfig:
         d_ff=48,
         swa=AttentionConfig(n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=5),
         full=AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, rope_dim=8, rope_theta=500.0),
-        max_seq_len=64,
+        max_seq_len=4096,  # "trained" length: analyses and evaluations refuse longer inputs without asking
         init_std=0.2,
     )
     base.update(overrides)

@@ -177,7 +177,8 @@ def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkp
         ["analyze", str(hf), "--lengths", "300000", "--out", str(tmp_path / "c"), "--no-progress"],
         env={"COLUMNS": "300"},
     )
-    assert res.exit_code == 1 and "exceed the model's 262,144 positions" in res.output
+    # refused before the model loads (its config says how long it was trained)
+    assert res.exit_code == 2 and "300,000 tokens exceed the 262,144 positions it was trained on" in res.output
     assert not (tmp_path / "c").exists()
 
 
@@ -192,6 +193,7 @@ def test_memory_estimate_refuses_with_a_hint(tmp_path, checkpoints):
             "65536",
             "--memory-limit",
             "0.5",
+            "--allow-beyond-trained",
             "--out",
             str(tmp_path / "m"),
             "--no-progress",

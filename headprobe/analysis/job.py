@@ -29,7 +29,7 @@ from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
-from headprobe.probe import ProbedModel, load_model, parse_dtype
+from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
     Parts,
@@ -37,6 +37,7 @@ from headprobe.runs import (
     RunReport,
     Silent,
     available_memory,
+    folder_lock,
     require_fits,
     run_each,
     table_meta,
@@ -90,6 +91,9 @@ def analyze_checkpoint(
 ) -> pd.DataFrame:
     """Every item of one checkpoint (skipping finished ones); returns its ``analysis_summary``."""
     progress = progress or Silent()
+    warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)  # before anything heavy loads
+    if warning:
+        progress.log(f"{name}: {warning}")
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype))
     check_inputs(model, name, s, memory_limit or available_memory(torch.device(device)))
     folder, parts, metrics = out / name, Parts(out / name), s.chosen()
@@ -144,9 +148,10 @@ def analyze(
             progress.advance(per_checkpoint - counted.n)  # the bar still ends full
             raise
 
-    report = run_each(checkpoints, job, progress, out)
-    if report.results:  # nothing is written when every checkpoint failed
-        write_run_record(out, "analyze", settings.to_dict(), report)
+    with folder_lock(out):
+        report = run_each(checkpoints, job, progress, out)
+        if report.results:  # nothing is written when every checkpoint failed
+            write_run_record(out, "analyze", settings.to_dict(), report)
     return report
 
 

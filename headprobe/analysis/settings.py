@@ -19,6 +19,20 @@ class AnalysisError(ValueError):
     """Bad analysis settings; the message names the setting (in backticks) and the fix."""
 
 
+def check_text_file(path: Path, setting: str) -> None:
+    """Raise :class:`AnalysisError` unless ``path`` is a readable UTF-8 text file (``setting`` names the option)."""
+    if not path.is_file():
+        raise AnalysisError(f"`{setting}` file {path} does not exist; give a UTF-8 text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise AnalysisError(
+            f"`{setting}` file {path} is not UTF-8 text ({err.reason} at byte {err.start:,}); give a text file"
+        ) from None
+    if not text.strip():
+        raise AnalysisError(f"`{setting}` file {path} holds no text")
+
+
 @dataclass
 class AnalyzeSettings:
     """Everything that determines the numbers of an analysis (stored with every result).
@@ -36,6 +50,8 @@ class AnalyzeSettings:
         retrieval_span: ``exact`` (the answer's tokens) or ``reference`` (Wu et al.'s search),
             :class:`headprobe.metrics.retrieval.Span`.
         dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
+        allow_beyond_trained: analyse lengths beyond what a model was trained on (else refused before
+            loading it); recorded with the results, not part of the resume key.
     """
 
     metrics: list[str] = field(default_factory=lambda: list(METRICS))
@@ -49,6 +65,7 @@ class AnalyzeSettings:
     needles: str = "builtin"
     retrieval_span: str = "exact"
     dtype: str | None = None
+    allow_beyond_trained: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -86,6 +103,8 @@ class AnalyzeSettings:
             raise AnalysisError(f"`lengths` must be positive token counts of at least {MIN_LENGTH}")
         if self.samples < 1:
             raise AnalysisError("`samples` must be >= 1")
+        for f in self.haystack_files or []:
+            check_text_file(f, "haystack")
         need = max((getattr(m, "min_topk", 0) for m in metrics), default=0)
         if self.topk < need:
             raise AnalysisError(f"token reordering needs `topk` >= {need}")

@@ -10,6 +10,7 @@ plan        ``headprobe plan``
 study       ``headprobe study``, ``headprobe demo`` (the study's demo profile)
 figures     ``headprobe figures`` and ``headprobe report``: the study's figures and tables, and one HTML page of
             them all (the ``figures`` package)
+show        ``headprobe show``: a results folder as tables on the terminal
 explore     ``headprobe explore``: the attention-map explorer (a local web app, or ``--export`` one page)
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
@@ -19,16 +20,69 @@ progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
 
 from __future__ import annotations
 
+import signal
+
 import typer
 
-from headprobe.cli import analyze, explore, figures, plan, ruler, shortctx, study
+from headprobe.cli import analyze, explore, figures, plan, ruler, shortctx, show, study
 from headprobe.cli.train import add_trainer_commands
 
-app = typer.Typer(
+_EXPECTED = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, a cluster's scheduler) stops a command as Ctrl-C does: the exception unwinds
+    every ``finally``, so temporary files and folder locks are removed and finished parts kept."""
+    raise KeyboardInterrupt
+
+
+class _App(typer.Typer):
+    """The command: an error of headprobe's own (or a missing or unwritable file) reaching it is shown as
+    one clear line and exit code 2; ``--debug`` shows the traceback instead. Any other exception is a bug
+    and keeps its traceback."""
+
+    debug = False
+
+    def __call__(self, *args, **kwargs):
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _terminated)
+        try:
+            return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
+        except Exception as err:
+            home = type(err).__module__.split(".")[0]
+            if _App.debug or not (home in ("headprobe", "trainer", "figures") or isinstance(err, _EXPECTED)):
+                raise
+            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+            typer.secho("(run `headprobe --debug ...` for the traceback)", err=True)
+            raise SystemExit(2) from None
+
+
+app = _App(
     help="headprobe: how attention-head shape decides long-context retrieval.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("headprobe")
+        except PackageNotFoundError:
+            number = "unknown (not installed)"
+        typer.echo(f"headprobe {number}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print the version"),
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of an error instead of one line"),
+) -> None:
+    """headprobe: how attention-head shape decides long-context retrieval."""
+    _App.debug = debug
 ruler_app = typer.Typer(help="RULER-style long-context evaluation (13 tasks, generated offline).", no_args_is_help=True)
 ruler_app.command("generate")(ruler.ruler_generate)
 ruler_app.command("eval")(ruler.ruler_eval)
@@ -44,4 +98,5 @@ app.command("demo")(study.demo)
 app.command("figures")(figures.figures)
 app.command("report")(figures.report)
 app.command("explore")(explore.explore)
+app.command("show")(show.show)
 add_trainer_commands(app)  # the bundled trainer, found as a plugin (headprobe never imports it)

@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, fail, gib, ints, say_error, words
+from headprobe.cli.common import (
+    DTYPE_HELP,
+    check_device,
+    check_out_folder,
+    fail,
+    gib,
+    say_error,
+    say_warning,
+    token_counts,
+    words,
+)
 
 
 def analyze(
@@ -16,7 +26,7 @@ def analyze(
     metrics: Annotated[str, typer.Option(help="comma list of retrieval,entropy,reordering,erank")] = (
         "retrieval,entropy,reordering,erank"
     ),
-    lengths: Annotated[str, typer.Option(help="comma list of context lengths in tokens")] = "4096",
+    lengths: Annotated[str, typer.Option(help="comma list of context lengths in tokens (4096,16k,128K)")] = "4096",
     samples: Annotated[int, typer.Option(help="inputs per length (needle prompts for retrieval)")] = 4,
     rows: Annotated[str, typer.Option(help="query rows to analyse: all | last:N | stride:N")] = "all",
     topk: Annotated[int, typer.Option(help="top-k keys per row for token reordering")] = 16,
@@ -33,6 +43,9 @@ def analyze(
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
+    allow_beyond_trained: Annotated[
+        bool, typer.Option(help="analyse lengths beyond what a model was trained on (refused otherwise)")
+    ] = False,
     progress: bool = True,
 ) -> None:
     """Per-head retrieval scores, attention entropy, token reordering and per-layer effective rank,
@@ -41,11 +54,15 @@ def analyze(
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
     from headprobe.metrics import METRICS, Rows
+    from headprobe.probe import check_trained_lengths
+    from headprobe.runs import FolderBusy
 
     try:
+        check_device(device)
+        check_out_folder(out)
         settings = AnalyzeSettings(
             metrics=words(metrics),
-            lengths=ints(lengths),
+            lengths=token_counts(lengths),
             samples=samples,
             rows=Rows.parse(rows),
             topk=topk,
@@ -55,12 +72,20 @@ def analyze(
             needles=needles,
             retrieval_span=retrieval_span,
             dtype=dtype,
+            allow_beyond_trained=allow_beyond_trained,
         )
         settings.validate()
-    except ValueError as err:  # AnalysisError, or a rows spec that does not parse
+        for path in checkpoints:  # before any model loads
+            warning = check_trained_lengths(path, settings.lengths, allow_beyond_trained)
+            if warning:
+                say_warning(warning, ctx)
+    except (ValueError, typer.BadParameter) as err:  # bad options, settings, lengths beyond training
         raise fail(err, ctx) from None
     with progress_bar("analyze", ctx, enabled=progress) as bar:
-        report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
+        try:
+            report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
+        except FolderBusy as err:
+            raise fail(err, ctx) from None
     for name, summary in report.results.items():
         typer.echo(f"{name}: {out / name}")
         for (metric, length), part in summary.groupby(["metric", "length"], sort=False):

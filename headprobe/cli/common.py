@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -33,6 +34,11 @@ def say_error(err: Exception | str, ctx: typer.Context | None) -> None:
     typer.secho(f"error: {flagify(str(err), command_flags(ctx))}", fg=typer.colors.RED, err=True)
 
 
+def say_warning(message: str, ctx: typer.Context | None) -> None:
+    """Print ``message`` in yellow on stderr (settings in backticks shown as flags)."""
+    typer.secho(flagify(message, command_flags(ctx)), fg=typer.colors.YELLOW, err=True)
+
+
 def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> typer.Exit:
     """Print ``err`` (see :func:`say_error`) and return the exit to raise."""
     say_error(err, ctx)
@@ -45,6 +51,22 @@ def ints(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected a comma list of integers, got {text!r}") from None
+
+
+_COUNT = re.compile(r"(\d+)\s*([kK]?)")
+
+
+def token_counts(text: str, option: str = "--lengths") -> list[int]:
+    """A comma list of token counts, ``k``/``K`` meaning x1024 (``4096,16k,128K``); errors name ``option``."""
+    counts = []
+    for item in (x.strip() for x in text.split(",")):
+        m = _COUNT.fullmatch(item)
+        if not m or int(m.group(1)) == 0:
+            raise typer.BadParameter(
+                f"{option} {text!r}: {item!r} is not a positive token count; write e.g. 4096,16k,128K (k = 1,024)"
+            )
+        counts.append(int(m.group(1)) * (1024 if m.group(2) else 1))
+    return counts
 
 
 def int_range(text: str) -> tuple[int, int]:
@@ -69,3 +91,24 @@ def gib(value: float | None) -> int | None:
 def wide_console() -> Console:
     """A console that does not squeeze wide tables into 80 columns when output is piped or logged."""
     return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def check_device(device: str) -> None:
+    """Refuse, before any work, a ``--device`` this torch cannot use."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise typer.BadParameter(f"--device {device!r}: not a torch device; use cpu, cuda or cuda:N") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise typer.BadParameter(
+            f"--device {device}: this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu, or install a "
+            "CUDA build of torch on a GPU machine (docs/install.md)"
+        )
+
+
+def check_out_folder(path: Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that is an existing file."""
+    if path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{option} {path} is a file; give a folder (it is created when missing)")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, fail, ints
+from headprobe.cli.common import DTYPE_HELP, check_device, fail, ints
 
 
 def explore(
@@ -54,11 +54,64 @@ def explore(
     (each pixel the exact mean attention mass of its query block on its key block, down to single
     tokens); the input's tokens with a query row's top keys; the needle view (the answer and each head's
     argmax per step) for --needle and --ruler inputs."""
-    from headprobe.explore import ExploreError, InputError, build_views
     from headprobe.metrics.rows import Rows
+
+    _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, export_levels)
+    try:
+        check_device(device)
+        row_spec = Rows.parse(rows) if rows else None
+    except (ValueError, typer.BadParameter) as err:
+        raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
+    inputs = dict(text=text, ruler=ruler, needle=needle, length=length, depth=depth, seed=seed, needles=needles)
+    loading = dict(results=results, layers=ints(layers) if layers else None, rows=row_spec, device=device, dtype=dtype)
+    views = _load(ctx, checkpoints, inputs | loading, export, export_levels)
+    if export is not None:
+        typer.echo(
+            f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed"
+        )
+        return
+    serve(views, host, port, open_browser)
+
+
+def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Path | None, levels: int) -> list:
+    """The models on the input (``options``: :func:`headprobe.explore.build_views`'s), with progress; and
+    the export page when asked for. Errors become one message."""
+    from headprobe.cli.progress import progress_bar
+    from headprobe.explore import ExploreError, InputError, build_views
     from headprobe.probe import ModelLoadError
     from headprobe.runs import DoesNotFit
 
+    try:
+        with progress_bar("explore", ctx) as progress:
+            views = build_views(checkpoints, progress=progress, **options)
+            if export is not None:
+                from headprobe.explore.export import export_page
+
+                def tick(done: int, total: int) -> None:
+                    if done == 1:
+                        progress.start(total, "export")
+                    progress.advance()
+
+                export_page(views, export, levels, progress=tick)
+    except (ExploreError, InputError, ModelLoadError, DoesNotFit, ValueError) as err:
+        raise fail(err, ctx) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted before the explorer started; nothing was written", ctx, code=130) from None
+    return views
+
+
+def _check_options(
+    ctx: typer.Context,
+    checkpoints: list[Path],
+    text: Path | None,
+    ruler: str | None,
+    needle: bool,
+    length: int | None,
+    results: Path | None,
+    export: Path | None,
+    export_levels: int,
+) -> None:
+    """Refuse bad options before any model loads."""
     if len(checkpoints) > 2:
         raise fail(f"give one checkpoint, or two to compare; got {len(checkpoints)}", ctx)
     chosen = [
@@ -85,49 +138,6 @@ def explore(
     for path in checkpoints:
         if not path.is_dir():
             raise fail(f"{path}: no such checkpoint folder (a headprobe checkpoint or a local Hugging Face model)", ctx)
-    try:
-        row_spec = Rows.parse(rows) if rows else None
-    except ValueError as err:
-        raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
-    from headprobe.cli.progress import progress_bar
-
-    try:
-        with progress_bar("explore", ctx) as progress:
-            views = build_views(
-                checkpoints,
-                text=text,
-                ruler=ruler,
-                needle=needle,
-                length=length,
-                depth=depth,
-                seed=seed,
-                needles=needles,
-                results=results,
-                layers=ints(layers) if layers else None,
-                rows=row_spec,
-                device=device,
-                dtype=dtype,
-                progress=progress,
-            )
-            if export is not None:
-                from headprobe.explore.export import export_page
-
-                def tick(done: int, total: int) -> None:
-                    if done == 1:
-                        progress.start(total, "export")
-                    progress.advance()
-
-                export_page(views, export, export_levels, progress=tick)
-    except (ExploreError, InputError, ModelLoadError, DoesNotFit, ValueError) as err:
-        raise fail(err, ctx) from None
-    except KeyboardInterrupt:
-        raise fail("interrupted before the explorer started; nothing was written", ctx, code=130) from None
-    if export is not None:
-        typer.echo(
-            f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed"
-        )
-        return
-    serve(views, host, port, open_browser)
 
 
 def serve(views, host: str, port: int, open_browser: bool) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -36,12 +39,83 @@ class RichProgress:
         self.bar.console.print(flagify(message, self.flags), markup=False, highlight=False)
 
 
+LINE_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal (HEADPROBE_PROGRESS_EVERY)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+class LineProgress:
+    """Progress for logs (stderr not a terminal, e.g. a cluster job's ``> log 2>&1``): one plain line at most
+    every :data:`LINE_EVERY` seconds and at the end, with the count, the share done, the elapsed time, an
+    ETA and the latest description and status (a training step's loss and tokens/s)."""
+
+    def __init__(self, title: str, flags: dict[str, str], every: float | None = None) -> None:
+        self.title, self.flags = title, flags
+        self.every = float(os.environ.get("HEADPROBE_PROGRESS_EVERY", LINE_EVERY)) if every is None else every
+        self.total: int | None = None
+        self.done, self.what, self.info = 0, "", ""
+        self.t0 = self.last = time.monotonic()
+        self.printed = -1
+
+    def _line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        if force and self.printed == self.done:
+            return
+        self.last, self.printed = now, self.done
+        elapsed = now - self.t0
+        parts = [f"[{self.title}]"]
+        if self.total:
+            parts.append(f"{self.done:,}/{self.total:,} ({100 * self.done / self.total:.0f}%)")
+            eta = elapsed / self.done * (self.total - self.done) if self.done else None
+            parts.append(f"{_clock(elapsed)} elapsed" + (f", ETA {_clock(eta)}" if eta is not None else ""))
+        else:
+            parts.append(f"{self.done:,} done, {_clock(elapsed)} elapsed")
+        parts += [x for x in (self.what, self.info) if x]
+        print(" ".join(parts), file=sys.stderr, flush=True)
+
+    def start(self, total: int, description: str = "") -> None:
+        self.total, self.done, self.what = total, 0, description
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        self._line()
+
+    def describe(self, description: str) -> None:
+        self.what = description
+
+    def report(self, done: int, total: int, info: str) -> None:
+        self.done, self.total, self.info = done, total, info
+        self._line(force=done == total)
+
+    def log(self, message: str) -> None:
+        print(flagify(message, self.flags), file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        if self.done:
+            self._line(force=True)
+
+
 @contextmanager
 def progress_bar(
     title: str, ctx: typer.Context | None = None, enabled: bool = True, info: bool = False
 ) -> Iterator[RichProgress]:
     """A :class:`RichProgress` for the duration of the block (``enabled=False``: log lines only); log lines
-    name settings as the flags of ``ctx``'s command."""
+    name settings as the flags of ``ctx``'s command. When stderr is not a terminal (a log file), a
+    :class:`LineProgress` instead: a progress line every :data:`LINE_EVERY` seconds."""
+    if enabled and not sys.stderr.isatty():
+        lines = LineProgress(title, command_flags(ctx))
+        try:
+            yield lines  # type: ignore[misc]
+        finally:
+            lines.finish()
+        return
     columns = [
         TextColumn(f"[bold]{title}" + " {task.fields[what]}"),
         BarColumn(),

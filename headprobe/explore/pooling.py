@@ -80,6 +80,30 @@ def top_level(length: int) -> int:
     return max(0, math.ceil(math.log2(max(1, length) / TILE)))
 
 
+def _probabilities(
+    s: Tensor, mask: CausalMask, rows: tuple[int, int], keys: tuple[int, int], lse: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Scores ``s [rows, keys]`` (rows ``c0 .. c1-1`` on keys ``lo .. hi-1``), masked and exponentiated in
+    place. Returns ``(e, lse, norm)``: with ``lse`` given, ``e`` are the probabilities and ``norm`` is
+    ``None``; else ``lse`` is computed from these scores (they must hold every key the rows see) and
+    ``e * norm[:, None]`` are the probabilities."""
+    (c0, c1), (lo, hi) = rows, keys
+    pos = torch.arange(c0, c1, device=s.device)
+    # only the keys some rows of the chunk do not see need the mask: the diagonal end and the window's start
+    inner_lo = lo if mask.window is None else max(lo, c1 - mask.window)
+    for a, b in ((lo, min(hi, inner_lo)), (max(lo, c0), hi)):
+        if a < b:
+            kpos = torch.arange(a, b, device=s.device)
+            s[:, a - lo : b - lo].masked_fill_(~mask.visible(pos[:, None], kpos[None, :]), -math.inf)
+    if lse is None:
+        m = s.amax(-1, keepdim=True)
+        e = s.sub_(m).exp_()
+        row_lse = m[:, 0] + torch.log(e.sum(-1))
+        return e, row_lse, torch.exp(m[:, 0] - row_lse)
+    row_lse = lse.to(s.dtype)
+    return s.sub_(row_lse[:, None]).exp_(), row_lse, None
+
+
 def pooled_mass(
     q: Tensor,
     k: Tensor,
@@ -134,27 +158,13 @@ def pooled_mass(
             if lo >= hi:
                 lse_out[c0 - r0 : c1 - r0] = lse[c0 - r0 : c1 - r0].to(work)
                 continue
-        pos = torch.arange(c0, c1, device=q.device)
         s = (q[c0:c1].to(work) * scale) @ k[lo:hi].to(work).T  # [c, hi - lo]
-        # only the keys some rows of the chunk do not see need the mask: the diagonal end and the window's start
-        inner_lo = lo if window is None else max(lo, c1 - window)
-        for a, b in ((lo, min(hi, inner_lo)), (max(lo, c0), hi)):
-            if a < b:
-                kpos = torch.arange(a, b, device=q.device)
-                s[:, a - lo : b - lo].masked_fill_(~mask.visible(pos[:, None], kpos[None, :]), -math.inf)
-        if lse is None:
-            m = s.amax(-1, keepdim=True)
-            e = s.sub_(m).exp_()
-            row_lse = m[:, 0] + torch.log(e.sum(-1))
-            norm = torch.exp(m[:, 0] - row_lse)  # e * norm = p
-        else:
-            row_lse = lse[c0 - r0 : c1 - r0].to(work)
-            e = s.sub_(row_lse[:, None]).exp_()
-            norm = None
+        e, row_lse, norm = _probabilities(s, mask, (c0, c1), (lo, hi), None if lse is None else lse[c0 - r0 : c1 - r0])
         lse_out[c0 - r0 : c1 - r0] = row_lse
         a, b = max(lo, k0), min(hi, k1)
         if a >= b:
             continue
+        pos = torch.arange(c0, c1, device=q.device)
         part = e[:, a - lo : b - lo]
         first = (a - k0) // block
         left = (a - k0) - first * block

@@ -53,3 +53,40 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
     except CheckpointError as err:
         raise ModelLoadError(str(err)) from None
     return HeadprobeModel(model, tokenizer, path.name)
+
+
+def trained_positions(path: str | Path) -> int | None:
+    """The longest input the model folder ``path`` was made for, read from its ``config.json`` alone
+    (nothing heavy is loaded): our checkpoints' trained sequence length (``max_seq_len``), a Hugging Face
+    model's ``max_position_embeddings``; ``None`` when the file does not say."""
+    try:
+        config = json.loads((Path(path) / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    value = config.get("max_position_embeddings") if "model_type" in config else config.get("max_seq_len")
+    if value is None and "text_config" in config:  # multimodal HF configs nest the language model's
+        value = (config["text_config"] or {}).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+class BeyondTrainedError(ValueError):
+    """Lengths beyond what a model was trained on, asked for without ``allow_beyond_trained``."""
+
+
+def check_trained_lengths(path: str | Path, lengths: list[int], allow_beyond_trained: bool = False) -> str | None:
+    """Refuse ``lengths`` longer than the model at ``path`` was trained on (:func:`trained_positions`),
+    before anything is loaded; with ``allow_beyond_trained`` return the warning to print instead."""
+    trained = trained_positions(path)
+    beyond = [n for n in lengths if trained is not None and n > trained]
+    if not beyond:
+        return None
+    what = (
+        f"{Path(path)}: {', '.join(f'{n:,}' for n in beyond)} tokens exceed the {trained:,} positions it was trained on"
+    )
+    if not allow_beyond_trained:
+        raise BeyondTrainedError(
+            f"{what}; use `lengths` up to {trained:,}, or `allow_beyond_trained` to measure extrapolation on purpose"
+        )
+    return f"warning: {what}: measuring extrapolation (recorded in the results)"

@@ -1,0 +1,41 @@
+"""``headprobe show``: a results folder as tables on the terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from headprobe.cli.common import fail, wide_console, words
+
+
+def show(
+    ctx: typer.Context,
+    results: Annotated[Path, typer.Argument(help="a results folder (analyze, ruler eval or study output)")],
+    metric: Annotated[
+        str | None, typer.Option(help="comma list of retrieval, entropy, reordering, erank, ruler (default: all)")
+    ] = None,
+    top: Annotated[int, typer.Option(help="retrieval heads listed per checkpoint")] = 10,
+) -> None:
+    """Print what a results folder holds as small tables, checkpoints side by side: the top retrieval
+    heads, retrieval-head counts and per-layer-type means, RULER-style scores. No pandas needed."""
+    from rich.table import Table
+
+    from headprobe.show import show_tables
+
+    if top < 1:
+        raise fail(f"--top {top}: list at least 1 head", ctx)
+    try:
+        tables = show_tables(results, words(metric) if metric else None, top)
+    except ValueError as err:
+        raise fail(err, ctx) from None
+    console = wide_console()
+    for shown in tables:
+        frame = shown.frame.reset_index()
+        table = Table(title=shown.title, caption=shown.note or None, title_justify="left", min_width=len(shown.title))
+        for column in frame.columns:
+            table.add_column(str(column), justify="right" if frame[column].dtype.kind in "fi" else "left")
+        for row in frame.itertuples(index=False):
+            table.add_row(*("" if v is None or v != v else f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
+        console.print(table)

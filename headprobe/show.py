@@ -1,0 +1,99 @@
+"""``headprobe show``: a results folder read back as a few small tables, checkpoints side by side.
+
+Every table comes through :func:`headprobe.results.collect` (recursively: an ``analyze`` output, a
+``ruler eval`` output or a whole study folder), so nothing here knows where a file sits:
+
+* ``retrieval``: the top heads of each checkpoint by retrieval score (mean over lengths), and per
+  checkpoint the heads above the retrieval-head threshold per layer type;
+* ``entropy``, ``reordering``: per-layer-type means, one row per checkpoint;
+* ``erank``: mean effective rank per layer type, one row per checkpoint;
+* ``ruler``: the RULER-style score per length and overall, one row per checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from headprobe.results import collect
+
+SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler")
+RETRIEVAL_HEAD = 0.1  # Wu et al.'s threshold on the retrieval score
+
+
+@dataclass(frozen=True)
+class ShownTable:
+    """One table to print: a title, a note under it, and the frame (index = row labels)."""
+
+    title: str
+    frame: pd.DataFrame
+    note: str = ""
+
+
+def _per_layer_type(frame: pd.DataFrame, what: str) -> ShownTable:
+    table = frame.groupby(["model", "layer_type"])["value"].mean().unstack("layer_type")
+    return ShownTable(
+        f"{what}: mean per layer type", table, "one row per checkpoint; means over heads, lengths, samples"
+    )
+
+
+def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int = 10) -> list[ShownTable]:
+    """The tables of ``metrics`` (default all of :data:`SHOWN`) that ``folder`` holds; raises ``ValueError``
+    naming what exists when it holds none of them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder; give a results folder (what analyze, ruler eval or study wrote)")
+    wanted = metrics or list(SHOWN)
+    unknown = [m for m in wanted if m not in SHOWN]
+    if unknown:
+        raise ValueError(f"unknown `metric` {', '.join(unknown)}; choose from {', '.join(SHOWN)}")
+    out: list[ShownTable] = []
+    if "retrieval" in wanted:
+        frame = collect(folder, "retrieval", recursive=True)
+        if not frame.empty:
+            heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)["value"].mean()
+            best = (
+                heads[heads["value"] > 0]
+                .sort_values(["model", "value"], ascending=[True, False])
+                .groupby("model")
+                .head(top)
+                .set_index(["model", "layer", "head"])
+            )
+            out.append(
+                ShownTable(f"retrieval: top {top} heads per checkpoint", best, "mean retrieval score over lengths")
+            )
+            counted = heads.assign(retrieval_head=heads["value"] > RETRIEVAL_HEAD)
+            counts = counted.groupby(["model", "layer_type"]).apply(
+                lambda g: f"{int(g['retrieval_head'].sum())} of {len(g)}", include_groups=False
+            )
+            out.append(
+                ShownTable(
+                    f"retrieval heads (score > {RETRIEVAL_HEAD}) per layer type",
+                    counts.unstack("layer_type"),
+                    "heads that never answered a needle have no score and do not count",
+                )
+            )
+    for name in ("entropy", "reordering", "erank"):
+        if name in wanted:
+            frame = collect(folder, name, recursive=True)
+            if not frame.empty:
+                out.append(_per_layer_type(frame, name))
+    if "ruler" in wanted:
+        frame = collect(folder, "ruler_scores", recursive=True)
+        if not frame.empty:
+            rows = frame[frame["scope"].isin(["length", "overall"])].copy()
+            rows["row"] = rows.apply(
+                lambda r: "overall" if r["scope"] == "overall" else f"{int(r['length']):,}", axis=1
+            )
+            table = rows.pivot_table(index="model", columns="row", values="score", aggfunc="first", sort=False)
+            out.append(
+                ShownTable("RULER-style score by length", table, "0-100; mean over the tasks scored at each length")
+            )
+    if not out:
+        raise ValueError(
+            f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
+            "erank and ruler_scores Parquet files below it); run `headprobe analyze` or `headprobe ruler eval` first"
+        )
+    return out

@@ -1,0 +1,110 @@
+"""SIGTERM and SIGINT stop long jobs within seconds at any point, leave no partial file, and a rerun
+resumes: real processes (``python -m headprobe``) interrupted during real work."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from headprobe.model.checkpoint import save_checkpoint
+from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
+
+SLOW = "60000"  # tokens: every row's entropy at this length takes minutes on the tiny model
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    return save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path_factory.mktemp("c") / "tiny")
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "headprobe", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"HEADPROBE_PROGRESS_EVERY": "0", "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    t0 = time.monotonic()
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended first ({proc.returncode}): {proc.stderr.read()}")
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError("the job never got there")
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen, sig: int) -> tuple[float, str]:
+    """Send ``sig``; return how long the process took to end and its stderr."""
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    return time.monotonic() - t0, err
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary or hidden files anywhere below ``folder``."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.startswith(".") or ".tmp" in p.name)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_analyze_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path, sig):
+    out = tmp_path / "r"
+    # entropy at 48 tokens finishes at once and is written as a part; the 60,000-token item then runs
+    proc = start(["analyze", str(ckpt), "--metrics", "entropy", "--samples", "1", "--lengths", f"48,{SLOW}",
+                  "--allow-beyond-trained", "--out", str(out)])  # fmt: skip
+    part = out / "tiny" / "parts"
+    wait_for(lambda: part.is_dir() and any(part.rglob("*.parquet")), proc)
+    time.sleep(1.0)  # into the long item
+    took, err = stop(proc, sig)
+    assert took < 10, f"took {took:.1f} s to stop"
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert leftovers(out) == [], leftovers(out)
+    assert not (out / "tiny" / "entropy.parquet").exists()  # the job's final tables were never half-written
+    again = subprocess.run(
+        [sys.executable, "-m", "headprobe", "analyze", str(ckpt), "--metrics", "entropy", "--samples", "1",
+         "--lengths", "48", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "entropy @ 48: done earlier, skipped" in again.stderr
+    assert (out / "tiny" / "entropy.parquet").is_file() and leftovers(out) == []
+
+
+def test_sigterm_during_start_up_and_model_loading_stops_at_once(ckpt, tmp_path):
+    out = tmp_path / "r"
+    for delay in (0.5, 2.5):  # in the imports; while loading and checking
+        proc = start(["analyze", str(ckpt), "--metrics", "entropy", "--lengths", SLOW, "--allow-beyond-trained",
+                      "--out", str(out)])  # fmt: skip
+        time.sleep(delay)
+        took, err = stop(proc, signal.SIGTERM)
+        assert took < 10 and proc.returncode in (130, -signal.SIGTERM), (delay, proc.returncode, err)
+        assert not out.exists() or leftovers(out) == [], leftovers(out)
+
+
+def test_ruler_eval_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path):
+    out = tmp_path / "r"
+    args = ["ruler", "eval", str(ckpt), "--tasks", "niah_single_1", "--lengths", "4096", "--samples", "3",
+            "--batch-size", "1", "--out", str(out)]  # fmt: skip
+    proc = start(args)
+    predictions = out
+    wait_for(lambda: any(p.stat().st_size for p in predictions.rglob("predictions/*.jsonl")), proc)
+    took, err = stop(proc, signal.SIGINT)
+    assert took < 10 and proc.returncode == 130 and "Traceback" not in err, err
+    assert leftovers(out) == [], leftovers(out)
+    done = sum(len(p.read_text().splitlines()) for p in predictions.rglob("predictions/*.jsonl"))
+    again = subprocess.run([sys.executable, "-m", "headprobe", *args], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert sum(len(p.read_text().splitlines()) for p in predictions.rglob("predictions/*.jsonl")) == 3 > done
