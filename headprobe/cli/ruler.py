@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import pandas as pd
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import DTYPE_HELP, fail, gib, ints, say_error, wide_console, words
+from headprobe.cli.common import DTYPE_HELP, fail, gib, say_error, say_warning, token_counts, wide_console, words
+from headprobe.evals.ruler.tasks import TASKS_HELP
+
+if TYPE_CHECKING:
+    from headprobe.evals.ruler.tables import Coverage
 
 FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
 CWE_HELP = "ruler (RULER's word counts by length) | fit (the small counts wherever the standard ones do not fit)"
@@ -18,13 +22,16 @@ WRAPPER_HELP = (
     "prompt wrapper (RULER's model template): base, chat (the model folder's chat template), "
     "or a string/file containing {task_template}"
 )
+LENGTHS_HELP = "comma list of target lengths in tokens, k = 1,024 (4096,16k,128K)"
 
 
 def ruler_generate(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="JSONL file to write")],
-    tasks: Annotated[str, typer.Option(help="all or a comma list of task names")] = "all",
-    lengths: Annotated[str, typer.Option(help="comma list of target lengths in tokens")] = "4096",
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "all",
+    lengths: Annotated[str, typer.Option(help=f"{LENGTHS_HELP}; a task too long for a length is skipped there")] = (
+        "4096"
+    ),
     samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
     tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json (the evaluated model's)")] = "byte",
     seed: int = 42,
@@ -35,13 +42,16 @@ def ruler_generate(
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
 ) -> None:
-    """Generate RULER-style samples fitted to a tokenizer, one JSON object per line."""
+    """Generate RULER-style samples fitted to a tokenizer, one JSON object per line. A task whose smallest
+    prompt does not fit a length is skipped there, with a warning, and the samples of that length record it
+    (``skipped_tasks``) for ``ruler eval``."""
     from headprobe.evals.ruler import RulerError, RulerGenerator, resolve_tasks
-    from headprobe.evals.ruler.samples import qa_file_kinds
+    from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
     from headprobe.evals.ruler.templates import resolve_wrapper
     from headprobe.model.atomic import atomic_write_text
     from headprobe.model.tokenizer import load_tokenizer
 
+    counts = token_counts(lengths)
     try:
         tok = load_tokenizer(tokenizer)
         folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
@@ -49,9 +59,11 @@ def ruler_generate(
         template = resolve_wrapper(wrapper, folder if tokenizer != "byte" else None)
         files = haystack_file or None
         gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=template, fit=fit, cwe_rule=cwe_rule)
-        rows = list(gen.samples(resolve_tasks(tasks), ints(lengths), samples))
+        rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
     except (RulerError, ValueError, FileNotFoundError) as err:
         raise fail(err, ctx) from None
+    for warning in skip_warnings(skipped_tasks(rows)):
+        say_warning(warning, ctx)
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
     typer.echo(f"{out}: {len(rows)} samples")
 
@@ -62,8 +74,10 @@ def ruler_eval(
         list[Path], typer.Argument(help="our checkpoints or local Hugging Face models (several: one folder each)")
     ],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ruler"),
-    tasks: Annotated[str, typer.Option(help="all or a comma list of task names")] = "all",
-    lengths: Annotated[str, typer.Option(help="comma list of lengths in tokens")] = "4096",
+    tasks: Annotated[str, typer.Option(help=f"{TASKS_HELP} (with --data: all = the tasks it holds)")] = "all",
+    lengths: Annotated[
+        str | None, typer.Option(help=f"{LENGTHS_HELP} (default: the lengths --data holds, else 4096)")
+    ] = None,
     samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
     data: Annotated[Path | None, typer.Option(help="read samples from this JSONL instead of generating")] = None,
     seed: int = 42,
@@ -76,11 +90,15 @@ def ruler_eval(
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
+    allow_beyond_trained: Annotated[
+        bool, typer.Option(help="evaluate lengths beyond what a model was trained on (refused otherwise)")
+    ] = False,
     progress: bool = True,
 ) -> None:
     """Greedy decoding on RULER-style samples; tables of every sample and of the per-task, per-length and
     overall scores. Several checkpoints (a grid) are evaluated on the same samples, each into OUT/<name>/,
-    and compared."""
+    and compared. Tasks skipped at a length (too long for it) are left out of that length's mean, which
+    says over how many tasks it is taken."""
     from headprobe.cli.progress import progress_bar
     from headprobe.evals.ruler import RulerError
     from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
@@ -89,7 +107,7 @@ def ruler_eval(
 
     settings = RulerSettings(
         tasks=words(tasks),
-        lengths=ints(lengths),
+        lengths=token_counts(lengths) if lengths is not None else None,
         samples=samples,
         seed=seed,
         haystack_files=[str(f) for f in haystack_file] if haystack_file else None,
@@ -99,6 +117,7 @@ def ruler_eval(
         fit=fit,
         cwe_rule=cwe_rule,
         dtype=dtype,
+        allow_beyond_trained=allow_beyond_trained,
     )
     try:
         with progress_bar("ruler", ctx, enabled=progress) as bar:
@@ -125,34 +144,48 @@ def ruler_eval(
 
 
 def comparison_table(results: dict[str, pd.DataFrame]) -> Table:
-    """Checkpoints x lengths: the per-length means and the overall RULER-style score."""
-    from headprobe.evals.ruler.tables import LABEL, overall, per_length
+    """Checkpoints x lengths: the per-length means and the overall RULER-style score; a mean that leaves
+    tasks out says over how many (``(11/13)``)."""
+    from headprobe.evals.ruler.tables import LABEL, coverage, overall, per_length
 
     lengths = sorted({n for scores in results.values() for n in per_length(scores)})
-    table = Table(title=f"{LABEL} scores (0-100), mean over tasks")
+    covered = {name: coverage(scores) for name, scores in results.items()}
+    caption = "(n/N): mean over n of the N tasks; the others do not fit the length" if any(covered.values()) else None
+    table = Table(title=f"{LABEL} scores (0-100), mean over tasks", caption=caption)
     table.add_column("checkpoint")
     for length in lengths:
         table.add_column(f"{length:,}", justify="right")
     table.add_column("overall", justify="right")
     for name, scores in results.items():
-        per, total = per_length(scores), overall(scores)
-        table.add_row(name, *[f"{per[n]:.2f}" if n in per else "-" for n in lengths], _score(total))
+        per, total, cov = per_length(scores), overall(scores), covered[name]
+        cells = [_mean(per[n], cov.get(n)) if n in per else "-" for n in lengths]
+        table.add_row(name, *cells, _score(total))
     return table
 
 
 def score_table(scores: pd.DataFrame) -> Table:
-    """Tasks x lengths of one checkpoint, with the per-length means."""
-    from headprobe.evals.ruler.tables import LABEL, overall, per_length, per_task
+    """Tasks x lengths of one checkpoint, with the per-length means; where a mean leaves tasks out, a row
+    says over how many tasks it is taken and the skipped tasks' cells say so."""
+    from headprobe.evals.ruler.tables import LABEL, coverage, overall, per_length, per_task
 
-    means = per_length(scores)
+    means, cov, scored = per_length(scores), coverage(scores), per_task(scores)
+    skipped = {n: c.skipped for n, c in cov.items()}
     table = Table(title=f"{LABEL} scores (0-100): overall {_score(overall(scores))}")
     table.add_column("task")
     for length in means:
         table.add_column(f"{length:,}", justify="right")
-    for task, per in per_task(scores).items():
-        table.add_row(task, *[f"{per[n]:.2f}" if n in per else "-" for n in means])
+    for task in [*scored, *dict.fromkeys(t for ts in skipped.values() for t in ts if t not in scored)]:
+        per = scored.get(task, {})
+        cells = [f"{per[n]:.2f}" if n in per else "skipped" if task in skipped.get(n, ()) else "-" for n in means]
+        table.add_row(task, *cells)
     table.add_row("[bold]mean", *[f"[bold]{means[n]:.2f}" for n in means])
+    if cov:
+        table.add_row("tasks in mean", *[f"{cov[n].n} of {cov[n].n_tasks}" if n in cov else "all" for n in means])
     return table
+
+
+def _mean(value: float, cov: Coverage | None) -> str:
+    return f"{value:.2f}" if cov is None else f"{value:.2f} ({cov.n}/{cov.n_tasks})"
 
 
 def _score(value: float | None) -> str:

@@ -2,11 +2,11 @@
 scored exactly as RULER scores them (see docs/evaluation.md).
 
 ===========  =======================================================================================
-tasks        the task table (RULER's configurations) and ``resolve_tasks``
+tasks        the task table (RULER's configurations), its groups (``all``) and ``resolve_tasks``
 templates    RULER's templates, answer prefixes and model wrappers, character for character
-generate     ``RulerGenerator``: samples fitted to a tokenizer and a length
+generate     ``RulerGenerator``: samples fitted to a tokenizer and a length; tasks too long for one skipped
 qa           SQuAD v2 / HotpotQA loaders and the built-in generated QA set
-samples      reading sample files; telling QA files apart
+samples      reading sample files; telling QA files apart; the tasks the samples say were skipped
 scoring      RULER's post-processing and ``string_match_all`` / ``string_match_part`` (``Scorer``)
 predictions  the resumable prediction files of an evaluation
 tables       ``ruler_samples`` and the derived ``ruler_scores``
@@ -14,18 +14,27 @@ evaluate     ``evaluate`` / ``evaluate_many``: ``headprobe ruler eval``
 ===========  =======================================================================================
 """
 
-from headprobe.evals.ruler.generate import RulerError, RulerGenerator
-from headprobe.evals.ruler.scoring import Scorer, postprocess, string_match_all, string_match_part
-from headprobe.evals.ruler.tasks import TASKS, Task, resolve_tasks
+from __future__ import annotations
 
-__all__ = [
-    "TASKS",
-    "RulerError",
-    "RulerGenerator",
-    "Scorer",
-    "Task",
-    "postprocess",
-    "resolve_tasks",
-    "string_match_all",
-    "string_match_part",
-]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "RulerError": "generate",
+    "RulerGenerator": "generate",
+    "TooShort": "generate",
+    "Scorer": "scoring",
+    "postprocess": "scoring",
+    "string_match_all": "scoring",
+    "string_match_part": "scoring",
+    "TASKS": "tasks",
+    "Task": "tasks",
+    "resolve_tasks": "tasks",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # lazy: the command line reads the task table without loading the generator
+    if name in _EXPORTS:
+        return getattr(import_module(f"headprobe.evals.ruler.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'headprobe.evals.ruler' has no attribute {name!r}")

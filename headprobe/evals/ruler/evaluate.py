@@ -7,12 +7,17 @@ For each model, in ``OUT`` (one model) or ``OUT/<name>/`` (several, as in ``head
 
 ``OUT/run.json`` records the command, settings, versions, models and failures. Samples of one task and
 length decode together in batches of left-padded KV caches (as many as the memory allows).
+
+Before any model loads, the settings are made concrete (:meth:`RulerSettings.resolve`: with ``data``
+the lengths and tasks it holds, unless given) and each checkpoint's lengths are checked against what it
+was trained on (:func:`headprobe.probe.check_trained_lengths`). Tasks skipped at a length (too long for
+it) are left out of that length's mean, which says so (:mod:`headprobe.evals.ruler.tables`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +26,12 @@ import torch
 
 from headprobe.evals.ruler.generate import CweRule, Fit, RulerError, RulerGenerator
 from headprobe.evals.ruler.predictions import Predictions
-from headprobe.evals.ruler.samples import qa_file_kinds, read_samples
+from headprobe.evals.ruler.samples import qa_file_kinds, read_samples, skip_warnings, skipped_tasks
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate, score_rows
 from headprobe.evals.ruler.tasks import TASKS, Task, resolve_tasks
 from headprobe.evals.ruler.templates import resolve_wrapper
-from headprobe.probe import ProbedModel, load_model, parse_dtype
+from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import (
     DoesNotFit,
     Progress,
@@ -45,8 +50,8 @@ class RulerSettings:
     """What decides a RULER-style evaluation's numbers.
 
     Attributes:
-        tasks: task names (``["all"]`` for all 13).
-        lengths: target lengths in tokens.
+        tasks: task and group names (``["all"]`` for all 13; with ``data``, all the tasks it holds).
+        lengths: target lengths in tokens; ``None``: the lengths ``data`` holds, else [4096].
         samples: samples per task and length.
         seed: generation seed.
         haystack_files: text files replacing the generated prose of the essay haystack.
@@ -57,10 +62,12 @@ class RulerSettings:
             budget), :class:`~headprobe.evals.ruler.generate.Fit`.
         cwe_rule: ``ruler`` or ``fit``, :class:`~headprobe.evals.ruler.generate.CweRule`.
         dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
+        allow_beyond_trained: evaluate lengths beyond what a model was trained on (else refused before it
+            loads); recorded with the results, not part of the resume key.
     """
 
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
-    lengths: list[int] = field(default_factory=lambda: [4096])
+    lengths: list[int] | None = None
     samples: int = 25
     seed: int = 42
     haystack_files: list[str] | None = None
@@ -70,11 +77,12 @@ class RulerSettings:
     fit: str = "ruler"
     cwe_rule: str = "ruler"
     dtype: str | None = None
+    allow_beyond_trained: bool = False
 
     def validate(self) -> list[Task]:
         """The chosen tasks; raises naming the first bad setting."""
         parse_dtype(self.dtype)
-        if not self.lengths or min(self.lengths) < 1:
+        if self.lengths is not None and (not self.lengths or min(self.lengths) < 1):
             raise RulerError("`lengths` must be positive token counts")
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
@@ -83,6 +91,33 @@ class RulerSettings:
         except ValueError as err:
             raise RulerError(str(err)) from None
         return resolve_tasks(self.tasks)
+
+    def resolve(self) -> RulerRun:
+        """These settings made concrete, with the samples of ``data`` when given: the lengths (and, for
+        all tasks, the tasks) it holds unless given. Raises, naming what the file holds, when a length or
+        task asked for has no samples there; reads no model."""
+        tasks = self.validate()
+        if not self.data:
+            return RulerRun(replace(self, lengths=self.lengths or [DEFAULT_LENGTH]), tasks, None)
+        rows = read_samples(self.data)
+        held = {x["task"] for x in rows} | {t for ts in skipped_tasks(rows).values() for t in ts}
+        every = len(tasks) == len(TASKS)
+        absent = [t.name for t in tasks if t.name not in held and not every]
+        tasks = [t for t in tasks if t.name in held]  # all tasks asked for: those the file holds
+        names = [t.name for t in tasks]
+        chosen = [x for x in rows if x["task"] in names and x["index"] < self.samples]
+        present = sorted({int(x["length"]) for x in chosen})
+        lengths = self.lengths or present
+        missing = [n for n in lengths if n not in present]
+        if absent or missing or not lengths:
+            what = "any RULER task" if every else f"`tasks` {', '.join(absent or names)}"
+            at = f" at `lengths` {', '.join(f'{n:,}' for n in missing)}" if missing and not absent else ""
+            raise RulerError(
+                f"`data` {self.data} holds no samples of {what}{at}; it holds {_holdings(rows)}; choose `tasks` "
+                "and `lengths` among those (without `lengths`, the lengths it holds are evaluated)"
+            )
+        settings = replace(self, tasks=names, lengths=lengths)
+        return RulerRun(settings, tasks, [x for x in chosen if x["length"] in lengths])
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +137,32 @@ class RulerSettings:
             qa_files=self.qa_files,
             prompt_start=prompt_start,
         )
+
+
+DEFAULT_LENGTH = 4096
+
+
+@dataclass
+class RulerRun:
+    """Settings made concrete by :meth:`RulerSettings.resolve`.
+
+    Attributes:
+        settings: the settings with their lengths and task names filled in (recorded with the results).
+        tasks: the tasks asked for.
+        samples: the samples of ``settings.data`` to evaluate, or ``None``: generate them for each model.
+    """
+
+    settings: RulerSettings
+    tasks: list[Task]
+    samples: list[dict[str, Any]] | None
+
+
+def _holdings(rows: list[dict[str, Any]]) -> str:
+    """What a sample file holds, in words: its lengths and tasks, and the tasks it skipped."""
+    lengths = ", ".join(f"{n:,}" for n in sorted({int(x["length"]) for x in rows}))
+    names = list(dict.fromkeys(x["task"] for x in rows))
+    skips = "".join(f"; at {n:,} it skipped {', '.join(ts)}" for n, ts in skipped_tasks(rows).items())
+    return f"{len(rows)} samples at lengths {lengths or 'none'} of tasks {', '.join(names) or 'none'}{skips}"
 
 
 MAX_BATCH = 32
@@ -131,13 +192,12 @@ def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None,
     return requested
 
 
-def load_samples(model: ProbedModel, checkpoint: str | Path, s: RulerSettings, tasks: list[Task]) -> list[dict]:
-    """The samples to evaluate: read from ``s.data`` (filtered to the tasks, lengths and sample count), or
-    generated for the model's tokenizer, its prompt start kept free."""
-    if s.data:
-        wanted = {t.name for t in tasks}
-        samples = [x for x in read_samples(s.data) if x["task"] in wanted and x["length"] in s.lengths]
-        return [x for x in samples if x["index"] < s.samples]
+def load_samples(model: ProbedModel, checkpoint: str | Path, run: RulerRun) -> list[dict]:
+    """The samples to evaluate: those of the data file (:meth:`RulerSettings.resolve`), or generated for
+    the model's tokenizer, its prompt start kept free (tasks too long for a length skipped there)."""
+    if run.samples is not None:
+        return run.samples
+    s = run.settings
     gen = RulerGenerator(
         model.tokenizer,
         s.seed,
@@ -148,7 +208,7 @@ def load_samples(model: ProbedModel, checkpoint: str | Path, s: RulerSettings, t
         fit=s.fit,
         cwe_rule=s.cwe_rule,
     )
-    return list(gen.samples(tasks, s.lengths, s.samples))
+    return list(gen.samples(run.tasks, s.lengths or [], s.samples))
 
 
 def decode_group(
@@ -200,20 +260,22 @@ def evaluate(
     :func:`decode_batch_size`)."""
     progress, out = progress or Silent(), Path(out)
     name = name or checkpoint_name(checkpoint)
-    tasks = settings.validate()
+    run = settings.resolve()
+    settings, tasks, lengths = run.settings, run.tasks, run.settings.lengths or []
+    warning = check_trained_lengths(checkpoint, lengths, settings.allow_beyond_trained)  # before the model loads
+    if warning:
+        progress.log(f"{name}: {warning}")
     model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype))
     batch = {}
-    for length in settings.lengths:
+    for length in lengths:
         model.check_length(length)
         batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
     store = Predictions(out)
     store.claim(settings.key(checkpoint, model.prompt_start))  # before generating: a refusal costs nothing
-    samples = load_samples(model, checkpoint, settings, tasks)
-    trained = getattr(model, "trained_length", None)
-    if trained and max(settings.lengths) > trained:
-        progress.log(
-            f"note: {model.name} was trained on {trained:,}-token sequences; longer lengths measure extrapolation"
-        )
+    samples = load_samples(model, checkpoint, run)
+    skipped = skipped_tasks(samples, {t.name for t in tasks})
+    for line in skip_warnings(skipped):
+        progress.log(f"{name}: {line}")
     groups: dict[tuple[str, int], list[dict]] = {}
     for x in samples:
         groups.setdefault((x["task"], x["length"]), []).append(x)
@@ -222,7 +284,7 @@ def evaluate(
         decode_group(model, task, group, batch[length], store, progress)
     rows = {f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups}
     table = score_rows(name, tasks, rows)
-    scores = aggregate(table, tasks)
+    scores = aggregate(table, tasks, skipped)
     write_results(out, name, checkpoint, settings.to_dict(), ((RULER_SAMPLES, table), (RULER_SCORES, scores)))
     return scores
 
@@ -234,8 +296,12 @@ def evaluate_many(
 
     One checkpoint writes into ``out`` itself; several write into ``out/<name>/`` each. A checkpoint that
     fails (missing, too short a context, out of memory) is reported under ``errors`` and the others run.
+    Bad settings or data, and lengths beyond what any checkpoint was trained on (without
+    ``allow_beyond_trained``), fail the whole run before any checkpoint is loaded.
     """
-    settings.validate()  # bad settings fail once, before any checkpoint is loaded
+    settings = settings.resolve().settings
+    for path in checkpoints:
+        check_trained_lengths(path, settings.lengths or [], settings.allow_beyond_trained)
 
     def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
         return evaluate(path, folder, settings, name=name, **kwargs)

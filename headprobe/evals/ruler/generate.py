@@ -22,6 +22,11 @@ Sample fields follow RULER: ``index``, ``input`` (the prompt without the answer 
 (the references), ``length`` (the target), ``answer_prefix``, ``task``, ``token_count`` (tokens of
 ``input + answer_prefix``), ``haystack`` (which text filled it), plus ``budget``, ``size`` (``n``),
 ``fit``, ``fill`` and ``source``; cwe samples also ``cwe_rule`` (:class:`CweRule`).
+
+A task whose smallest prompt does not fit a length (vt and cwe below about 1.3K and 2K tokens with a
+byte-level tokenizer) is skipped at that length by :meth:`RulerGenerator.samples`: every sample of that
+length records it in ``skipped_tasks`` (task -> about the shortest length it fits), read back by
+:func:`headprobe.evals.ruler.samples.skipped_tasks`. A length at which no task fits is an error.
 """
 
 from __future__ import annotations
@@ -49,6 +54,17 @@ from headprobe.text.wordlists import shipped
 
 class RulerError(ValueError):
     """A task cannot be generated as asked (unknown task, length too short, missing file)."""
+
+
+class TooShort(RulerError):
+    """A task's smallest prompt does not fit the length asked for; ``tokens``: that prompt's tokens (about)."""
+
+    def __init__(self, message: str, tokens: int) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+
+
+MIN_BUDGET = 16  # prompt tokens below which no task is generated
 
 
 class Fit(Choice, what="fit"):
@@ -168,9 +184,10 @@ def fit(draft: Draft, budget: int, counter: Counter, what: str) -> tuple[str, st
     """The largest ``n`` that fits ``budget`` tokens: ``(input, prefix, outputs, n, token_count)``."""
     lo, hi = draft.n_min, draft.n_max
     if draft.predict(lo) > budget:
-        raise RulerError(
+        raise TooShort(
             f"{what}: even the smallest prompt needs about {draft.predict(lo)} tokens, more than the "
-            f"{budget} available; use a longer length"
+            f"{budget} available; use a longer length",
+            draft.predict(lo),
         )
     while lo < hi:  # largest n with predict(n) <= budget
         mid = (lo + hi + 1) // 2
@@ -185,8 +202,8 @@ def fit(draft: Draft, budget: int, counter: Counter, what: str) -> tuple[str, st
         if count <= budget:
             return text, prefix, outputs, n, count
         if n <= draft.n_min:
-            raise RulerError(
-                f"{what}: the prompt does not fit {budget} tokens at its smallest size; use a longer length"
+            raise TooShort(
+                f"{what}: the prompt does not fit {budget} tokens at its smallest size; use a longer length", count
             )
         per_unit = max(1.0, (draft.predict(n) - draft.predict(draft.n_min)) / max(1, n - draft.n_min))
         n = max(draft.n_min, n - max(1, math.ceil((count - budget) / per_unit)))
@@ -260,15 +277,25 @@ class RulerGenerator:
 
     # -- public ----------------------------------------------------------------------------------
     def sample(self, task: str | Task, length: int, index: int) -> dict[str, Any]:
+        """Sample ``index`` of ``task`` at ``length``; raises :class:`TooShort` when even its smallest prompt
+        does not fit."""
         task = TASKS[task] if isinstance(task, str) else task
         budget = length - task.tokens_to_generate - self.reserve
         what = f"{task.name} at length {length}"
-        if budget < 16:
-            raise RulerError(
+        draft, haystack, source = self._draft(task, max(budget, MIN_BUDGET), length, index)
+        smallest = draft.predict(draft.n_min)
+        if budget < MIN_BUDGET:
+            raise TooShort(
                 f"{what}: length {length} leaves no room after {task.tokens_to_generate} tokens to "
-                "generate; use a longer length"
+                "generate; use a longer length",
+                smallest,
             )
-        draft, haystack, source = self._draft(task, budget, length, index)
+        if smallest > budget:
+            raise TooShort(
+                f"{what}: even the smallest prompt needs about {smallest} tokens, more than the {budget} "
+                "available; use a longer length",
+                smallest,
+            )
         if self.fit is Fit.TIGHT:
             text, prefix, outputs, n, count = fit(draft, budget, self.counter, what)
             used = Fit.TIGHT
@@ -362,11 +389,31 @@ class RulerGenerator:
 
         return Draft(render, lambda n: draft.predict(n) + extra, draft.n_min, draft.n_max, draft.growable)
 
+    def _min_length(self, task: Task, err: TooShort) -> int:
+        """About the shortest length at which ``task`` fits, from the :class:`TooShort` it raised."""
+        return err.tokens + task.tokens_to_generate + self.reserve
+
     def samples(self, tasks: Iterable[Task], lengths: Iterable[int], n: int) -> Iterator[dict[str, Any]]:
+        """``n`` samples of every task at every length, a length at a time. A task that does not fit a
+        length is skipped there, and that length's samples record it in ``skipped_tasks`` (task -> about
+        the shortest length it fits); raises when ``n`` < 1 or when no task fits a length."""
+        if n < 1:
+            raise RulerError(f"`samples` must be at least 1, got {n}")
+        tasks = list(tasks)
         for length in lengths:
+            made: list[dict[str, Any]] = []
+            skipped: dict[str, int] = {}
             for task in tasks:
-                for i in range(n):
-                    yield self.sample(task, length, i)
+                try:
+                    made += [self.sample(task, length, i) for i in range(n)]
+                except TooShort as err:
+                    skipped[task.name] = self._min_length(task, err)
+            if not made:
+                needs = ", ".join(f"{t} about {k:,}" for t, k in skipped.items())
+                raise RulerError(
+                    f"no task fits length {length:,} (the shortest each needs: {needs}); use longer `lengths`"
+                )
+            yield from (x | {"skipped_tasks": skipped} if skipped else x for x in made)
 
     # -- needles -------------------------------------------------------------------------------
     @staticmethod
@@ -535,11 +582,12 @@ class RulerGenerator:
                 break
         else:
             if self.cwe_rule is CweRule.RULER and length >= 4096:
-                raise RulerError(
+                raise TooShort(
                     f"cwe at length {length}: RULER's word counts at 4,096 tokens and up (common x{freq_cw}, "
                     f"others x{freq_ucw}, a 40-word example) need about {draft.predict(draft.n_min)} tokens, more "
                     f"than the {budget} available (a byte-level tokenizer?); use `--cwe-rule fit` (the small "
-                    "counts where the standard ones do not fit) or a longer length"
+                    "counts where the standard ones do not fit) or a longer length",
+                    draft.predict(draft.n_min),
                 )
         return draft, "words", f"RULER-style (common x{freq_cw}, others x{freq_ucw})"
 

@@ -3,12 +3,16 @@
 ``ruler_samples``: one row per model x task x length x sample. ``ruler_scores`` (derived): RULER's
 score per model x task x length (``scope = "task"``: the task's metric over its samples, 0-100, as
 RULER computes it), the mean over the tasks of each length (``scope = "length"``) and the mean over the
-lengths, the "RULER-style score" (``scope = "overall"``); ``n`` counts what each row averages.
+lengths, the "RULER-style score" (``scope = "overall"``); ``n`` counts what each row averages. A task
+skipped at a length (its smallest prompt does not fit, :mod:`headprobe.evals.ruler.generate`) is left out
+of that length's mean, and the length's row says so: the mean is over ``n`` of ``n_tasks`` tasks, and
+``skipped`` names the ones skipped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -43,6 +47,8 @@ RULER_SCORES = Schema(
         Column("score", "float", "0-100, rounded to 2 decimals as RULER rounds"),
         Column("n", "int", "samples (task), tasks (length) or lengths (overall) averaged"),
         Column("fit", "str", "the fits of the samples averaged (ruler, tight, or both joined by +)"),
+        Column("n_tasks", "int", "the tasks asked for (scope length; of them n were scored), else missing"),
+        Column("skipped", "str", "tasks skipped at the length, too long for it, comma-joined (scope length)"),
     ),
 )
 LABEL = "RULER-style"
@@ -74,25 +80,31 @@ def score_rows(model: str, tasks: Sequence[Task], rows: dict[str, list[dict]]) -
     return pd.DataFrame.from_records(records) if records else RULER_SAMPLES.empty()
 
 
-def aggregate(samples: pd.DataFrame, tasks: Sequence[Task]) -> pd.DataFrame:
-    """The ``ruler_scores`` rows of one model's ``ruler_samples``."""
+def aggregate(
+    samples: pd.DataFrame, tasks: Sequence[Task], skipped: dict[int, dict[str, int]] | None = None
+) -> pd.DataFrame:
+    """The ``ruler_scores`` rows of one model's ``ruler_samples``; ``tasks``: those asked for, ``skipped``:
+    length -> the tasks skipped there (:func:`headprobe.evals.ruler.samples.skipped_tasks`)."""
     model = samples["model"].iloc[0] if len(samples) else ""
-    rows = []
+    skipped = skipped or {}
+    rows: list[tuple] = []
     for task in tasks:
         for length, part in samples[samples.task == task.name].groupby("length"):
             score = task.metric(part["pred"].tolist(), [list(o) for o in part["outputs"]])
-            rows.append(("task", task.name, int(length), score, len(part), _fits(part)))
+            rows.append(("task", task.name, int(length), score, len(part), _fits(part), None, None))
     per_length = {}
     for length in sorted({r[2] for r in rows}):
         values = [r[3] for r in rows if r[2] == length]
         per_length[length] = round(sum(values) / len(values), 2)
-        rows.append(("length", None, length, per_length[length], len(values), _fits(samples[samples.length == length])))
+        fits, left_out = _fits(samples[samples.length == length]), ",".join(skipped.get(length, {}))
+        rows.append(("length", None, length, per_length[length], len(values), fits, len(tasks), left_out))
     if per_length:
         mean = round(sum(per_length.values()) / len(per_length), 2)
-        rows.append(("overall", None, None, mean, len(per_length), _fits(samples)))
-    frame = pd.DataFrame(rows, columns=["scope", "task", "length", "score", "n", "fit"])
+        rows.append(("overall", None, None, mean, len(per_length), _fits(samples), None, None))
+    frame = pd.DataFrame(rows, columns=["scope", "task", "length", "score", "n", "fit", "n_tasks", "skipped"])
     frame.insert(0, "model", model)
     frame["length"] = frame["length"].astype("Int64")
+    frame["n_tasks"] = frame["n_tasks"].astype("Int64")
     return frame
 
 
@@ -110,6 +122,26 @@ def per_length(scores: pd.DataFrame) -> dict[int, float]:
     """Length -> mean over the tasks, of one model's ``ruler_scores``."""
     part = scores[scores.scope == "length"]
     return {int(r.length): float(r.score) for r in part.itertuples()}
+
+
+class Coverage(NamedTuple):
+    """What a length's mean is taken over: ``n`` of the ``n_tasks`` tasks asked for; ``skipped``: the tasks
+    skipped there (too long for the length)."""
+
+    n: int
+    n_tasks: int
+    skipped: list[str]
+
+
+def coverage(scores: pd.DataFrame) -> dict[int, Coverage]:
+    """Length -> :class:`Coverage`, of the lengths of one model's ``ruler_scores`` whose mean is not over
+    every task asked for."""
+    out = {}
+    for r in scores[scores.scope == "length"].itertuples():
+        n_tasks = getattr(r, "n_tasks", None)  # tables written before the column existed lack it
+        if n_tasks is not None and not pd.isna(n_tasks) and r.n < n_tasks:
+            out[int(r.length)] = Coverage(int(r.n), int(n_tasks), [t for t in str(r.skipped or "").split(",") if t])
+    return out
 
 
 def per_task(scores: pd.DataFrame) -> dict[str, dict[int, float]]:

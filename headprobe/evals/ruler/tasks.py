@@ -75,12 +75,18 @@ TASKS: dict[str, Task] = {
 }
 
 
+GROUPS: dict[str, tuple[str, ...]] = {"all": tuple(TASKS)}
+"""Names that stand for several tasks in a ``tasks`` list."""
+
+TASKS_HELP = f"{' | '.join(GROUPS)}, or a comma list of tasks: {', '.join(TASKS)}"
+"""What a ``tasks`` setting accepts, in words (the ``--tasks`` help and the error of :func:`resolve_tasks`)."""
+
+
 def resolve_tasks(spec: str | list[str]) -> list[Task]:
-    """``all`` or a comma list of task names (in RULER's order)."""
+    """A comma list of task and group (:data:`GROUPS`) names, as tasks: groups expand in RULER's order,
+    the rest keep the order given, each task once."""
     names = spec if isinstance(spec, list) else [s.strip() for s in spec.split(",") if s.strip()]
-    if names == ["all"]:
-        return list(TASKS.values())
-    unknown = [n for n in names if n not in TASKS]
+    unknown = [n for n in names if n not in TASKS and n not in GROUPS]
     if unknown or not names:
-        raise ValueError(f"unknown RULER task(s) {unknown or names} in `tasks`; choose all or from {', '.join(TASKS)}")
-    return [TASKS[n] for n in names]
+        raise ValueError(f"unknown RULER task(s) {unknown or names} in `tasks`; choose {TASKS_HELP}")
+    return [TASKS[n] for n in dict.fromkeys(t for name in names for t in GROUPS.get(name, (name,)))]

@@ -72,17 +72,19 @@ class ShortCtxSettings:
     limit: int | None = None
     dtype: str | None = None
 
-    def items(self) -> list[Item]:
-        """The task's items (raises naming a missing file or an unknown task)."""
+    def validate(self) -> None:
+        """Raise naming the first bad setting (a bad dtype, an unknown task, a task without its file);
+        reads no file."""
         parse_dtype(self.dtype)
-        if self.task == BUILTIN:
-            items = builtin_items()
-        elif self.task not in LOADERS:
+        if self.task != BUILTIN and self.task not in LOADERS:
             raise ShortCtxError(f"unknown `task` {self.task!r}; choose {BUILTIN} or one of {', '.join(LOADERS)}")
-        elif self.file is None:
+        if self.task != BUILTIN and self.file is None:
             raise ShortCtxError(f"`task` {self.task} needs `file` with the task's local data")
-        else:
-            items = load_task(self.task, self.file)
+
+    def items(self) -> list[Item]:
+        """The task's items (raises as :meth:`validate`, or naming a file that does not load)."""
+        self.validate()
+        items = builtin_items() if self.task == BUILTIN else load_task(self.task, str(self.file))
         return items[: self.limit]
 
     def to_dict(self) -> dict[str, Any]:
