@@ -179,7 +179,7 @@ def test_inputs_know_where_the_answer_and_the_question_are(tiny, tmp_path):
     t = text_input(tiny, tmp_path / "t.txt")
     assert t.length == len("héllo wörld".encode()) and t.tokens[:2] == ["h", "é"] and t.spans == []
     (tmp_path / "b.bin").write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(ValueError, match=r"b.bin: not UTF-8 text"):
+    with pytest.raises(ValueError, match=r"--text .*b.bin is not UTF-8 text"):
         text_input(tiny, tmp_path / "b.bin")
     with pytest.raises(ValueError, match=r"--length 100: .* holds only 13 tokens"):
         text_input(tiny, tmp_path / "t.txt", length=100)

@@ -10,6 +10,7 @@ from headprobe.metrics import METRICS, Metric, Rows, get_metrics
 from headprobe.metrics.retrieval import Span
 from headprobe.probe import parse_dtype
 from headprobe.runs import resume_key
+from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_set
 
 MIN_LENGTH = 16
@@ -17,20 +18,6 @@ MIN_LENGTH = 16
 
 class AnalysisError(ValueError):
     """Bad analysis settings; the message names the setting (in backticks) and the fix."""
-
-
-def check_text_file(path: Path, setting: str) -> None:
-    """Raise :class:`AnalysisError` unless ``path`` is a readable UTF-8 text file (``setting`` names the option)."""
-    if not path.is_file():
-        raise AnalysisError(f"`{setting}` file {path} does not exist; give a UTF-8 text file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise AnalysisError(
-            f"`{setting}` file {path} is not UTF-8 text ({err.reason} at byte {err.start:,}); give a text file"
-        ) from None
-    if not text.strip():
-        raise AnalysisError(f"`{setting}` file {path} holds no text")
 
 
 @dataclass
@@ -104,7 +91,10 @@ class AnalyzeSettings:
         if self.samples < 1:
             raise AnalysisError("`samples` must be >= 1")
         for f in self.haystack_files or []:
-            check_text_file(f, "haystack")
+            try:
+                read_text_file(f, "`haystack` file")
+            except TextFileError as err:
+                raise AnalysisError(str(err)) from None
         need = max((getattr(m, "min_topk", 0) for m in metrics), default=0)
         if self.topk < need:
             raise AnalysisError(f"token reordering needs `topk` >= {need}")

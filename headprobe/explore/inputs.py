@@ -12,6 +12,7 @@ from pathlib import Path
 
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.probe.base import ProbedModel
+from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_prompt, needle_set
 
 
@@ -68,14 +69,10 @@ def _rows_from(offsets: list[tuple[int, int]], char: int) -> tuple[int, int]:
 def text_input(model: ProbedModel, path: str | Path, length: int | None = None) -> ExploreInput:
     """The text of ``path`` (UTF-8), cut to ``length`` tokens when given."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"--text {path}: no such file; give a UTF-8 text file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise InputError(
-            f"--text {path}: not UTF-8 text ({err.reason} at byte {err.start}); give a text file"
-        ) from None
+        text = read_text_file(path, "--text")
+    except TextFileError as err:
+        raise InputError(str(err)) from None
     ids, tokens, _ = _tokens_of(model, text)
     if not ids:
         raise InputError(f"--text {path}: the file holds no text")

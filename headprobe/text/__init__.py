@@ -7,5 +7,6 @@ haystack    long inputs of a given token length from the corpus or the user's fi
 needles     the needles of the retrieval score and needle-in-a-haystack prompts
 tasks       synthetic retrieval tasks (copy, recall, needle, prose) with the spans their loss counts
 jsonl       reading JSON-lines files with errors that name the file and line
+files       reading a user's text file with errors that name it
 ==========  =========================================================================================
 """
