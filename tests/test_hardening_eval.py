@@ -252,3 +252,14 @@ def test_plan_refuses_a_config_that_is_not_a_json_object(tmp_path, content):
     path.write_text(content)
     text = refused(invoke("plan", "--config", path), str(path), "expected a JSON object")
     assert "missing the" not in text
+
+
+def test_eval_checks_haystack_files_before_loading_a_model(tmp_path, checkpoints, no_model):
+    binary = tmp_path / "hay.bin"
+    binary.write_bytes(b"\x00\xff\xfe\x89 not text")
+    opts = ["--tasks", "niah_single_3", "--lengths", "1k", "--samples", "1", "--out", tmp_path / "r"]
+    refused(invoke("ruler", "eval", checkpoints["long"], *opts, "--haystack-file", binary),
+            f"--haystack-file {binary} is not UTF-8 text", "give a text file")  # fmt: skip
+    refused(invoke("ruler", "eval", checkpoints["long"], *opts, "--haystack-file", tmp_path / "gone.txt"),
+            f"--haystack-file {tmp_path / 'gone.txt'} does not exist")  # fmt: skip
+    assert not (tmp_path / "r").exists()

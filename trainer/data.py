@@ -283,6 +283,28 @@ def _new_manifest(tokenizer: ByteTokenizer | HFTokenizer, dtype: str, extra: dic
     )
 
 
+def check_new_folder(out: str | Path, overwrite: bool = False) -> None:
+    """Refuse (:class:`DataError`), before any work, to put a data folder where something else is: an
+    existing file, link or data folder is replaced only with ``overwrite``, a folder with other content
+    never; a missing or empty folder is fine."""
+    out = Path(out)
+    if out.is_dir() and not out.is_symlink():
+        if not any(out.iterdir()):
+            return
+        if not (out / MANIFEST).is_file():
+            raise DataError(
+                f"`out` {out} is a folder with other content (no {MANIFEST}), not a data folder; give a new "
+                "or empty folder (`overwrite` replaces only data folders)"
+            )
+        what = "already a data folder"
+    elif out.is_symlink() or out.exists():
+        what = f"{'a link' if out.is_symlink() else 'a file'}, not a data folder"
+    else:
+        return
+    if not overwrite:
+        raise DataError(f"`out` {out} is {what}; give a new folder, or add `overwrite` to replace it")
+
+
 def prepare(
     sources: Iterable[str | Path],
     tokenizer: ByteTokenizer | HFTokenizer,

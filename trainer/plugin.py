@@ -7,13 +7,22 @@ cheap (no torch); the training code loads when a command runs.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from headprobe.model.config import ConfigError
 from headprobe.text.tasks import TaskMix
 from trainer.config import TrainConfig, TrainError, TrainResult
-from trainer.data import DataError, Progress
+from trainer.data import DataError, Progress, check_new_folder
+
+# errors of modules that import torch, so they are looked up only once loaded: (module, class name)
+_TORCH_ERRORS = (
+    ("headprobe.model.checkpoint", "CheckpointError"),  # --init or a step folder is not a checkpoint
+    ("headprobe.model.attention", "AttentionBackendError"),  # --attention-backend cannot run here
+    ("headprobe.model.seam", "ProbeError"),
+)
 
 
 class TrainerPlugin:
@@ -21,11 +30,19 @@ class TrainerPlugin:
 
     Attributes:
         config: the dataclass whose fields are ``headprobe train``'s options (help in field metadata).
-        errors: the exceptions that mean bad input (shown as a message, exit code 2), not a bug.
     """
 
     config = TrainConfig
-    errors: tuple[type[Exception], ...] = (TrainError, DataError, FileNotFoundError)
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """The exceptions that mean bad input (shown as a message, exit code 2), not a bug: the trainer's,
+        and the model package's (unknown preset, bad config, not a checkpoint, unusable attention backend).
+
+        Those of modules that import torch are included once the module is loaded (one not loaded cannot
+        have raised), so that catching them does not import torch."""
+        loaded = tuple(getattr(sys.modules[module], name) for module, name in _TORCH_ERRORS if module in sys.modules)
+        return (TrainError, DataError, ConfigError, FileNotFoundError, *loaded)
 
     def train(self, cfg: TrainConfig, on_step: Callable[[int, int, str], None] | None = None) -> TrainResult:
         from trainer.train import train
@@ -71,18 +88,39 @@ class TrainerPlugin:
             raise FileNotFoundError(f"{step_folder} is not a step checkpoint (no state.json)")
         return export_step(step_folder, out)
 
-    def prepare(self, sources: Sequence[Path], tokenizer: str, out: Path, dtype: str, progress: Progress | None):
+    def prepare(
+        self,
+        sources: Sequence[Path],
+        tokenizer: str,
+        out: Path,
+        dtype: str,
+        progress: Progress | None,
+        overwrite: bool = False,
+    ):
+        """Tokenise ``sources`` into the new data folder ``out``; an existing ``out`` is refused unless
+        ``overwrite`` (:func:`trainer.data.check_new_folder`), then replaced atomically."""
         from headprobe.text.toy_tokenizer import open_tokenizer
         from trainer.data import prepare
 
+        check_new_folder(out, overwrite)
         return prepare(sources, open_tokenizer(tokenizer), out, dtype=dtype, progress=progress)
 
     def synth(
-        self, tokens: int, out: Path, tokenizer: str, seed: int, progress: Progress | None, tasks: TaskMix | None = None
+        self,
+        tokens: int,
+        out: Path,
+        tokenizer: str,
+        seed: int,
+        progress: Progress | None,
+        tasks: TaskMix | None = None,
+        overwrite: bool = False,
     ):
+        """Generate ``tokens`` tokens into the new data folder ``out`` (refused or replaced as in
+        :meth:`prepare`)."""
         from headprobe.text.toy_tokenizer import open_tokenizer
         from trainer.data import synth
 
+        check_new_folder(out, overwrite)
         return synth(tokens, out, open_tokenizer(tokenizer), seed=seed, progress=progress, tasks=tasks)
 
     def verify(self, folder: Path) -> tuple[int, int]:

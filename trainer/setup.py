@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from headprobe.model.checkpoint import load_checkpoint
-from headprobe.model.config import ModelConfig
+from headprobe.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_checkpoint
+from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
@@ -24,6 +24,28 @@ from trainer.distributed import World
 from trainer.sft import SftData, builtin_examples, load_jsonl
 
 
+def _new_model_config(cfg: TrainConfig) -> ModelConfig:
+    """pt's model configuration: the `preset` or the `config` file; an unknown preset or an unusable file is
+    a :class:`TrainError` that names the option."""
+    option = "preset" if cfg.preset else "config"
+    try:
+        return preset(cfg.preset) if cfg.preset else ModelConfig.load(cfg.config)  # type: ignore[arg-type]
+    except (ConfigError, FileNotFoundError) as err:
+        raise TrainError(f"`{option}`: {err}") from None
+
+
+def _load_init(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokenizer | None]:
+    """cpt/sft's starting model and tokenizer, from the checkpoint `init`; one that is missing, incomplete or
+    damaged is a :class:`TrainError` that names the option and what it takes."""
+    try:
+        return load_checkpoint(cfg.init, dtype=torch.float32)  # type: ignore[arg-type]
+    except CheckpointError as err:
+        raise TrainError(
+            f"`init`: {err}. Give `init` a checkpoint folder ({CONFIG_FILE} and {WEIGHTS_FILE}), e.g. the final/ "
+            "folder of a pt run's `out`"
+        ) from None
+
+
 def model_and_tokenizer(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokenizer | None]:
     """Build (pt) or load (cpt/sft) the model; the tokenizer if known yet."""
     if cfg.stage is Stage.PT:
@@ -31,14 +53,14 @@ def model_and_tokenizer(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | 
             raise TrainError("`init` is for cpt/sft; pt trains from scratch (use `preset` or `config`)")
         if bool(cfg.preset) == bool(cfg.config):
             raise TrainError("pt needs exactly one of `preset` NAME or `config` FILE")
-        model_cfg = preset(cfg.preset) if cfg.preset else ModelConfig.load(cfg.config)  # type: ignore[arg-type]
+        model_cfg = _new_model_config(cfg)
         torch.manual_seed(cfg.seed)
         return Transformer(model_cfg), None
     if not cfg.init:
         raise TrainError(f"`stage` {cfg.stage} continues a model: give `init` CHECKPOINT")
     if cfg.preset or cfg.config:
         raise TrainError(f"`stage` {cfg.stage} takes the model from `init`; drop `preset`/`config`")
-    model, tokenizer = load_checkpoint(cfg.init, dtype=torch.float32)
+    model, tokenizer = _load_init(cfg)
     model_cfg = model.cfg
     if cfg.rope_theta_full is not None:
         if cfg.stage is not Stage.CPT:

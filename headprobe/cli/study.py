@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +39,7 @@ def run(
     chosen = words(members) if members else None
     run_list = words(runs) if runs else None
     seed_list = ints(seeds) if seeds else None
-    with progress_bar("study", ctx, enabled=progress and sys.stderr.isatty(), info=True) as bar:
+    with progress_bar("study", ctx, enabled=progress, info=True) as bar:
 
         def log(message: str) -> None:
             bar.log(message)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import sys
 import typing
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -23,6 +22,7 @@ from headprobe.cli.common import fail, int_range, ints, words
 from headprobe.cli.progress import progress_bar
 
 PLUGIN_GROUP = "headprobe.plugins"
+OVERWRITE_HELP = "replace an existing --out (a data folder or a file) atomically; without it, it is refused"
 
 
 def trainer_plugin() -> Any | None:
@@ -53,7 +53,7 @@ def _stage_command(plugin: Any):
             return
         try:
             cfg = plugin.config(**values)
-            show = cfg.progress and sys.stderr.isatty()
+            show = cfg.progress  # a bar on a terminal, a line every 30 s in a log (progress_bar)
             with progress_bar("train", ctx, enabled=show, info=True) as bar:
                 result = plugin.train(cfg, on_step=bar.report)
         except plugin.errors as err:
@@ -110,9 +110,10 @@ def _export_command(plugin: Any):
 
 
 def _with_bar(plugin: Any, ctx: typer.Context, title: str, work: Any) -> Any:
-    """``work(report)`` with a progress bar on a terminal; the plugin's errors become a message (exit 2)."""
+    """``work(report)`` with a progress bar on a terminal (progress lines in a log); the plugin's errors become a
+    message (exit 2)."""
     try:
-        with progress_bar(title, ctx, enabled=sys.stderr.isatty(), info=True) as bar:
+        with progress_bar(title, ctx, info=True) as bar:
             return work(bar.report)
     except (*plugin.errors, ValueError) as err:
         raise fail(err, ctx) from None
@@ -126,9 +127,12 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option(help="data folder to create")],
         tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
         dtype: Annotated[str, typer.Option(help="auto | uint16 | uint32")] = "auto",
+        overwrite: Annotated[bool, typer.Option(help=OVERWRITE_HELP)] = False,
     ) -> None:
         """Tokenise local files into memory-mapped shards plus a manifest."""
-        man = _with_bar(plugin, ctx, "prepare", lambda report: plugin.prepare(sources, tokenizer, out, dtype, report))
+        man = _with_bar(
+            plugin, ctx, "prepare", lambda report: plugin.prepare(sources, tokenizer, out, dtype, report, overwrite)
+        )
         typer.echo(f"{out}: {man.total_tokens:,} tokens in {len(man.shards)} shard(s) from {man.documents:,} documents")
 
     @app.command("synth")
@@ -149,6 +153,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         pairs: Annotated[str, typer.Option(help="tasks: MIN:MAX key-value pairs or facts per document")] = "1:4",
         queries: Annotated[int, typer.Option(help="tasks: keys asked about per recall document")] = 2,
         split: Annotated[str, typer.Option(help="tasks: train or heldout keys")] = "train",
+        overwrite: Annotated[bool, typer.Option(help=OVERWRITE_HELP)] = False,
     ) -> None:
         """Generate the built-in offline corpus, or synthetic retrieval tasks whose answers are the only
         targets of the loss (copy, associative recall, needles in prose) mixed with prose."""
@@ -159,7 +164,9 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
             mix = TaskMix.parse(tasks, settings) if tasks else None
         except ValueError as err:
             raise fail(err, ctx) from None
-        man = _with_bar(plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report, mix))
+        man = _with_bar(
+            plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report, mix, overwrite)
+        )
         kinds = ", ".join(f"{k} {v}" for k, v in man.extra["documents_by_kind"].items())
         typer.echo(f"{out}: {man.total_tokens:,} tokens, {man.documents:,} documents ({kinds})")
 

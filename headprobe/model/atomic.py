@@ -1,17 +1,50 @@
 """Atomic writes: a reader sees the old content or the complete new content, never a partial write.
 
-Files and folders are first written under a hidden temporary name in the same directory, flushed to
-disk, then renamed into place (``os.replace`` is atomic on POSIX within one filesystem).
+Files and folders are first written under a hidden temporary name (``.NAME.tmp-XXXXXXXX``) in the same
+directory, flushed to disk, then renamed into place (``os.replace`` is atomic on POSIX within one
+filesystem). The temporary file or folder is created as any new file or folder is (mode ``0o666`` or
+``0o777`` less the process umask, default ACLs applied), not with the private ``0o600`` / ``0o700`` of
+:func:`tempfile.mkstemp` / :func:`tempfile.mkdtemp`, so what lands at the final name is readable by whoever
+the umask lets read it. Files that a library wrote into an atomic folder through a private temporary file
+of its own (safetensors does) are made as readable as a new file before the folder is renamed into place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+import stat
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
+
+_T = TypeVar("_T")
+
+FILE_MODE = 0o666  # the mode a new file is created with; the kernel removes the umask's bits
+DIR_MODE = 0o777  # the mode a new folder is created with; the kernel removes the umask's bits
+_NAME_TRIES = 100  # random temporary names tried before giving up
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask. Read from ``/proc/self/status`` where there is one (Linux), which changes nothing;
+    elsewhere set and restored at once under a lock, the short-lived value ``0o077`` so that a file another
+    thread creates meanwhile is private rather than world-writable."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
 
 
 def _fsync_dir(path: Path) -> None:
@@ -27,56 +60,113 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically."""
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _readable_as_new(path: Path, file_mode: int) -> None:
+    """Add to the file ``path`` the permission bits of ``file_mode`` (a new file's) that it lacks."""
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current & file_mode != file_mode:
+        os.chmod(path, current | file_mode)
+
+
+def _hidden_sibling(path: Path, kind: str, token: str) -> Path:
+    """``.NAME.KIND-TOKEN`` next to ``path``: a name no loader looks at."""
+    return path.parent / f".{path.name}.{kind}-{token}"
+
+
+def _create_temporary(path: Path, create: Callable[[Path], _T]) -> tuple[Path, str, _T]:
+    """Create a new hidden ``.NAME.tmp-TOKEN`` sibling of ``path`` with ``create`` (which must raise
+    :class:`FileExistsError` when the name is taken); returns its path, its random token and what ``create``
+    returned."""
+    for _ in range(_NAME_TRIES):
+        token = secrets.token_hex(4)
+        tmp = _hidden_sibling(path, "tmp", token)
+        try:
+            return tmp, token, create(tmp)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name next to {path} after {_NAME_TRIES} tries")
+
+
+def _remove(path: Path) -> None:
+    """Delete the file, link or folder tree at ``path``, as far as permissions allow."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """Yield the path of a new, empty temporary sibling file to write by name (e.g. with a library that
+    takes a path); on success it is flushed to disk and renamed to ``path``.
+
+    The file gets the mode of any new file (``0o666`` less the umask). If the block raises, ``path`` is
+    untouched and the temporary file is removed.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    tmp, _, fd = _create_temporary(path, lambda name: os.open(name, flags, FILE_MODE))
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        _fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 
 
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_file`)."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
 @contextmanager
 def atomic_directory(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder to fill; on success it replaces ``path`` in one rename.
+    """Yield a new temporary sibling folder to fill; on success it replaces ``path`` in one rename.
 
-    If the block raises (or the process dies), ``path`` is untouched and the temporary folder is
-    removed (or left as a hidden ``.name.tmp-*`` folder that no loader looks at). An existing
-    ``path`` is moved aside first and deleted after the new folder is in place.
+    The folder gets the mode of any new folder (``0o777`` less the umask), and each file directly in it at
+    least the permissions of a new file (``0o666`` less the umask). If the block raises, ``path`` is
+    untouched and the temporary folder is removed (a killed process leaves it as a hidden
+    ``.NAME.tmp-*`` folder that no loader looks at). An existing ``path`` (a folder, or a file) is moved
+    aside to a hidden ``.NAME.old-*`` name first, put back if the new folder cannot be renamed into place,
+    and deleted once the new folder is in place.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    tmp, token, _ = _create_temporary(path, lambda name: os.mkdir(name, DIR_MODE))
+    old = _hidden_sibling(path, "old", token)
+    moved_aside = False
     try:
         yield tmp
+        file_mode = FILE_MODE & ~current_umask()
         for child in tmp.iterdir():
-            if child.is_file():
-                with open(child, "rb") as f:
-                    os.fsync(f.fileno())
+            if child.is_file() and not child.is_symlink():
+                _readable_as_new(child, file_mode)
+                _fsync_file(child)
         _fsync_dir(tmp)
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
+        if os.path.lexists(path):
             os.replace(path, old)
+            moved_aside = True
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if moved_aside and not os.path.lexists(path):
+            os.replace(old, path)  # the previous content goes back where it was
         raise
+    _fsync_dir(path.parent)
+    if moved_aside:
+        _remove(old)

@@ -43,6 +43,7 @@ from headprobe.runs import (
     run_models,
     write_results,
 )
+from headprobe.text.files import TextFileError, read_text_file
 
 
 @dataclass
@@ -86,6 +87,11 @@ class RulerSettings:
             raise RulerError("`lengths` must be positive token counts")
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
+        for f in self.haystack_files or []:  # before any model loads
+            try:
+                read_text_file(f, "`haystack_file`")
+            except TextFileError as err:
+                raise RulerError(str(err)) from None
         try:
             Fit(self.fit), CweRule(self.cwe_rule)
         except ValueError as err:

@@ -48,6 +48,7 @@ from headprobe.evals.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squa
 from headprobe.evals.ruler.tasks import TASKS, Task
 from headprobe.model.config import Choice
 from headprobe.text.corpus import Writer
+from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.haystack import split_sentences
 from headprobe.text.wordlists import shipped
 
@@ -117,9 +118,10 @@ class EssayCorpus:
         self.words: list[str] = []
         if files:
             for f in files:
-                if not Path(f).is_file():
-                    raise RulerError(f"haystack file {f} does not exist")
-                self.words += Path(f).read_text(encoding="utf-8").split()
+                try:
+                    self.words += read_text_file(f, "haystack file").split()
+                except TextFileError as err:
+                    raise RulerError(str(err)) from None
             if not self.words:
                 raise RulerError("the haystack files hold no words")
             self._base = len(self.words)
