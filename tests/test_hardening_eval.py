@@ -263,3 +263,11 @@ def test_eval_checks_haystack_files_before_loading_a_model(tmp_path, checkpoints
     refused(invoke("ruler", "eval", checkpoints["long"], *opts, "--haystack-file", tmp_path / "gone.txt"),
             f"--haystack-file {tmp_path / 'gone.txt'} does not exist")  # fmt: skip
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", [["ruler", "eval"], ["shortctx", "eval", "--task", "builtin"]])
+def test_an_output_path_that_is_a_file_is_refused_before_any_work(tmp_path, checkpoints, no_model, command):
+    target = tmp_path / "afile"
+    target.write_text("keep me")
+    refused(invoke(*command, checkpoints["long"], "--out", target), f"--out {target} is a file; give a folder")
+    assert target.read_text() == "keep me"

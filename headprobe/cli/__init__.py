@@ -83,6 +83,8 @@ def _root(
 ) -> None:
     """headprobe: how attention-head shape decides long-context retrieval."""
     _App.debug = debug
+
+
 ruler_app = typer.Typer(help="RULER-style long-context evaluation (13 tasks, generated offline).", no_args_is_help=True)
 ruler_app.command("generate")(ruler.ruler_generate)
 ruler_app.command("eval")(ruler.ruler_eval)

@@ -9,8 +9,7 @@ import typer
 
 from headprobe.cli.common import (
     DTYPE_HELP,
-    check_device,
-    check_out_folder,
+    check_run,
     fail,
     gib,
     say_error,
@@ -57,9 +56,8 @@ def analyze(
     from headprobe.probe import check_trained_lengths
     from headprobe.runs import FolderBusy
 
+    check_run(ctx, out, device)
     try:
-        check_device(device)
-        check_out_folder(out)
         settings = AnalyzeSettings(
             metrics=words(metrics),
             lengths=token_counts(lengths),

@@ -112,3 +112,15 @@ def check_out_folder(path: Path, option: str = "--out") -> None:
     """Refuse, before any work, an output folder that is an existing file."""
     if path.exists() and not path.is_dir():
         raise typer.BadParameter(f"{option} {path} is a file; give a folder (it is created when missing)")
+
+
+def check_run(ctx: typer.Context | None, out: Path | None = None, device: str | None = None) -> None:
+    """A job's output folder and device, checked before any work (:func:`check_out_folder`,
+    :func:`check_device`); a problem is one message and exit code 2."""
+    try:
+        if device is not None:
+            check_device(device)
+        if out is not None:
+            check_out_folder(out)
+    except typer.BadParameter as err:
+        raise fail(err, ctx) from None

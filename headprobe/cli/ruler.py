@@ -10,7 +10,17 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import DTYPE_HELP, fail, gib, say_error, say_warning, token_counts, wide_console, words
+from headprobe.cli.common import (
+    DTYPE_HELP,
+    check_run,
+    fail,
+    gib,
+    say_error,
+    say_warning,
+    token_counts,
+    wide_console,
+    words,
+)
 from headprobe.evals.ruler.tasks import TASKS_HELP
 
 if TYPE_CHECKING:
@@ -105,6 +115,7 @@ def ruler_eval(
     from headprobe.probe import ModelLoadError
     from headprobe.runs import DoesNotFit
 
+    check_run(ctx, out, device)
     settings = RulerSettings(
         tasks=words(tasks),
         lengths=token_counts(lengths) if lengths is not None else None,

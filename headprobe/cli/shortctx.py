@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, fail, say_error
+from headprobe.cli.common import DTYPE_HELP, check_run, fail, say_error
 
 
 def shortctx_eval(
@@ -32,6 +32,7 @@ def shortctx_eval(
     from headprobe.evals.shortctx.evaluate import ShortCtxSettings, evaluate_many
     from headprobe.probe import ModelLoadError
 
+    check_run(ctx, out, device)
     settings = ShortCtxSettings(task=task, file=str(file) if file else None, limit=limit, dtype=dtype)
     try:
         settings.validate()  # before the progress bar: a bad setting is the only thing printed
