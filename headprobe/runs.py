@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 import torch
 
+from headprobe.cleanup import CLEANUPS
 from headprobe.model.atomic import atomic_write_text
 from headprobe.model.budget import MemoryEstimate
 from headprobe.probe.errors import ModelLoadError
@@ -271,14 +272,20 @@ def folder_lock(out: Path) -> Iterator[None]:
             f"{out} is being written by another headprobe run (pid {holder}); wait for it to finish or give "
             "another `out`"
         ) from None
+
+    def release() -> None:
+        (out / LOCK_FILE).unlink(missing_ok=True)  # no hidden file stays behind in the results
+        if created and not any(out.iterdir()):
+            out.rmdir()
+
+    CLEANUPS[fd] = release
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        (out / LOCK_FILE).unlink(missing_ok=True)  # no hidden file stays behind in the results
-        if created and not any(out.iterdir()):
-            out.rmdir()
+        if CLEANUPS.pop(fd, None) is not None:
+            release()
         os.close(fd)
 
 

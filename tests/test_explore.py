@@ -408,7 +408,11 @@ def test_the_server_binds_localhost_and_ctrl_c_stops_it_cleanly(checkpoint):
 
 
 def test_binding_elsewhere_says_so(checkpoint):
-    proc, _ = _serve([str(checkpoint), "--needle", "--length", "300", "--host", "0.0.0.0"])
+    import httpx
+
+    proc, url = _serve([str(checkpoint), "--needle", "--length", "300", "--host", "0.0.0.0"])
+    assert url.startswith("http://127.0.0.1:")  # reachable here too
+    assert httpx.get(url + "api/info", timeout=30).status_code == 200
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert "warning: serving on 0.0.0.0, not only this machine" in err

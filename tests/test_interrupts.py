@@ -26,9 +26,25 @@ def ckpt(tmp_path_factory):
     return save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path_factory.mktemp("c") / "tiny")
 
 
-def start(args: list[str]) -> subprocess.Popen:
+# the command with every greedy decoding slowed by a second (real decoding still runs): the test can
+# interrupt a ruler evaluation between samples however fast the tiny model answers
+SLOW_DECODING = """
+import sys, time
+from headprobe.probe import base
+decode = base.ProbedModel.decode
+def slow(self, *args, **kwargs):
+    time.sleep(1.0)
+    return decode(self, *args, **kwargs)
+base.ProbedModel.decode = slow
+from headprobe.cli import app
+app(prog_name="headprobe", args=sys.argv[1:])
+"""
+
+
+def start(args: list[str], slow_decoding: bool = False) -> subprocess.Popen:
+    program = ["-c", SLOW_DECODING] if slow_decoding else ["-m", "headprobe"]
     return subprocess.Popen(
-        [sys.executable, "-m", "headprobe", *args],
+        [sys.executable, *program, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -98,7 +114,7 @@ def test_ruler_eval_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path):
     out = tmp_path / "r"
     args = ["ruler", "eval", str(ckpt), "--tasks", "niah_single_1", "--lengths", "4096", "--samples", "3",
             "--batch-size", "1", "--out", str(out)]  # fmt: skip
-    proc = start(args)
+    proc = start(args, slow_decoding=True)
     predictions = out
     wait_for(lambda: any(p.stat().st_size for p in predictions.rglob("predictions/*.jsonl")), proc)
     took, err = stop(proc, signal.SIGINT)
@@ -108,3 +124,32 @@ def test_ruler_eval_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path):
     again = subprocess.run([sys.executable, "-m", "headprobe", *args], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert sum(len(p.read_text().splitlines()) for p in predictions.rglob("predictions/*.jsonl")) == 3 > done
+
+
+STUCK = """
+import signal, sys, time
+from pathlib import Path
+from headprobe.cli import _terminated
+from headprobe.runs import folder_lock
+signal.signal(signal.SIGTERM, _terminated)
+with folder_lock(Path(sys.argv[1])):
+    print("holding", flush=True)
+    while True:  # work that does not unwind (as a long native call would not)
+        try:
+            time.sleep(100)
+        except KeyboardInterrupt:
+            pass
+"""
+
+
+def test_a_process_that_does_not_unwind_is_ended_after_the_grace_period_with_its_cleanups(tmp_path):
+    from headprobe.cli import GRACE
+
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "holding" and out.is_dir()
+    took, err = stop(proc, signal.SIGTERM)
+    assert GRACE - 0.5 < took < GRACE + 5 and proc.returncode == 130 and "stopped (interrupted)" in err
+    assert not out.exists()  # the lock's cleanup ran: the folder it made (empty) is gone with the lock file

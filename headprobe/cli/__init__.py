@@ -20,19 +20,38 @@ progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
+import threading
 
 import typer
 
+from headprobe.cleanup import run_cleanups
 from headprobe.cli import analyze, explore, figures, plan, ruler, shortctx, show, study
 from headprobe.cli.train import add_trainer_commands
 
 _EXPECTED = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 
+GRACE = 5.0  # seconds an interrupted command has to unwind before it is ended outright
+
+
 def _terminated(signum: int, frame: object) -> None:
-    """SIGTERM (``timeout``, a cluster's scheduler) stops a command as Ctrl-C does: the exception unwinds
-    every ``finally``, so temporary files and folder locks are removed and finished parts kept."""
+    """Ctrl-C and SIGTERM (``timeout``, a cluster's scheduler) stop a command the same way: a
+    ``KeyboardInterrupt`` unwinds every ``finally`` (temporary files and folder locks removed, finished
+    parts kept). Python delivers it only between bytecodes, so a long native call (a compile, one huge
+    kernel) could hold it for minutes: a watchdog ends the process after :data:`GRACE` seconds, first
+    running the cleanups registered in :data:`headprobe.runs.CLEANUPS`."""
+    _App.interrupted = True
+
+    def watchdog() -> None:
+        threading.Event().wait(GRACE)
+        run_cleanups()
+        print("stopped (interrupted)", file=sys.stderr, flush=True)
+        os._exit(130)  # as click ends an interrupted command
+
+    threading.Thread(target=watchdog, daemon=True).start()
     raise KeyboardInterrupt
 
 
@@ -42,13 +61,20 @@ class _App(typer.Typer):
     and keeps its traceback."""
 
     debug = False
+    interrupted = False  # a Ctrl-C or SIGTERM arrived: whatever it breaks on the way out is no bug
 
     def __call__(self, *args, **kwargs):
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _terminated)
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _terminated)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, _terminated)
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except Exception as err:
+            if _App.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
+                run_cleanups()
+                raise SystemExit(130) from None
             home = type(err).__module__.split(".")[0]
             if _App.debug or not (home in ("headprobe", "trainer", "figures") or isinstance(err, _EXPECTED)):
                 raise

@@ -152,6 +152,7 @@ def serve(views, host: str, port: int, open_browser: bool) -> None:
         sock.bind((host, port))
     except OSError as err:
         raise fail(f"cannot bind {host}:{port} ({err.strerror}); choose another --port or --host", None) from None
+    sock.listen(2048)  # connections made as soon as the URL is printed wait in the backlog, not refused
     bound = sock.getsockname()[1]
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.secho(
