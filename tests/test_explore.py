@@ -381,6 +381,7 @@ def _serve(args: list[str]) -> tuple[subprocess.Popen, str]:
     """Start ``headprobe explore ARGS`` and return the process and the URL it printed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "headprobe", "explore", *args, "--no-open"],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # Ctrl-C as from a terminal
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

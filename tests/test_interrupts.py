@@ -41,10 +41,17 @@ app(prog_name="headprobe", args=sys.argv[1:])
 """
 
 
+def _default_sigint() -> None:
+    """Children of a background job inherit SIGINT ignored (POSIX), and Python then keeps ignoring it, as a
+    command should; the tests send Ctrl-C as a terminal would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], slow_decoding: bool = False) -> subprocess.Popen:
     program = ["-c", SLOW_DECODING] if slow_decoding else ["-m", "headprobe"]
     return subprocess.Popen(
         [sys.executable, *program, *args],
+        preexec_fn=_default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -127,11 +134,11 @@ def test_ruler_eval_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path):
 
 
 STUCK = """
-import signal, sys, time
+import sys, time
 from pathlib import Path
-from headprobe.cli import _terminated
+from headprobe.cli import install_interrupts
 from headprobe.runs import folder_lock
-signal.signal(signal.SIGTERM, _terminated)
+install_interrupts()
 with folder_lock(Path(sys.argv[1])):
     print("holding", flush=True)
     while True:  # work that does not unwind (as a long native call would not)

@@ -40,19 +40,43 @@ GRACE = 5.0  # seconds an interrupted command has to unwind before it is ended o
 def _terminated(signum: int, frame: object) -> None:
     """Ctrl-C and SIGTERM (``timeout``, a cluster's scheduler) stop a command the same way: a
     ``KeyboardInterrupt`` unwinds every ``finally`` (temporary files and folder locks removed, finished
-    parts kept). Python delivers it only between bytecodes, so a long native call (a compile, one huge
-    kernel) could hold it for minutes: a watchdog ends the process after :data:`GRACE` seconds, first
-    running the cleanups registered in :data:`headprobe.runs.CLEANUPS`."""
+    parts kept)."""
     _App.interrupted = True
+    raise KeyboardInterrupt
 
-    def watchdog() -> None:
+
+def _watch(fd: int) -> None:
+    """The watchdog: Python runs a signal's handler only between bytecodes of the main thread, so a long
+    native call (a compile, one huge kernel) could hold a stop back for minutes. The C-level handler
+    writes each signal's number to ``fd`` at once; :data:`GRACE` seconds after one that :func:`_terminated`
+    handles, the process is ended outright, after the cleanups of :mod:`headprobe.cleanup` ran. While
+    someone else handles the signal (the trainer finishing its step, the explorer's server) it waits."""
+    while data := os.read(fd, 1):
+        if signal.getsignal(data[0]) is not _terminated:
+            continue
         threading.Event().wait(GRACE)
         run_cleanups()
         print("stopped (interrupted)", file=sys.stderr, flush=True)
         os._exit(130)  # as click ends an interrupted command
 
-    threading.Thread(target=watchdog, daemon=True).start()
-    raise KeyboardInterrupt
+
+def install_interrupts() -> None:
+    """Route SIGINT and SIGTERM to :func:`_terminated` (unless the process ignores them or handles them
+    otherwise) and start the :func:`_watch` watchdog. Main thread only; a no-op elsewhere."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    ours = False
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+        ours = True
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN (a background job) stays
+        signal.signal(signal.SIGINT, _terminated)
+        ours = True
+    if ours:
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=_watch, args=(read,), daemon=True, name="headprobe-interrupt-watchdog").start()
 
 
 class _App(typer.Typer):
@@ -64,11 +88,7 @@ class _App(typer.Typer):
     interrupted = False  # a Ctrl-C or SIGTERM arrived: whatever it breaks on the way out is no bug
 
     def __call__(self, *args, **kwargs):
-        if threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                signal.signal(signal.SIGTERM, _terminated)
-            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, _terminated)
+        install_interrupts()
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except Exception as err:
