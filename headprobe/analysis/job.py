@@ -133,9 +133,13 @@ def analyze(
 ) -> RunReport[pd.DataFrame]:
     """Analyse every checkpoint (see the module docstring) and return a :class:`headprobe.runs.RunReport`
     (each checkpoint's ``analysis_summary``, the failures; ``report.table("entropy")`` reads a table
-    over all models). ``changes`` replace fields of ``settings`` (default :class:`AnalyzeSettings`)."""
+    over all models). ``changes`` replace fields of ``settings`` (default :class:`AnalyzeSettings`). Lengths
+    beyond what a checkpoint was trained on, without ``allow_beyond_trained``, fail the whole run before
+    any model loads (:class:`headprobe.probe.BeyondTrainedError`)."""
     settings = dataclasses.replace(settings or AnalyzeSettings(), **changes)
     settings.validate()
+    for path in checkpoints:  # lengths beyond training fail the whole run before any model loads
+        check_trained_lengths(path, settings.lengths, settings.allow_beyond_trained)
     out, progress = Path(out), progress or Silent()
     per_checkpoint = len(settings.metrics) * len(settings.lengths)
     progress.start(per_checkpoint * len(checkpoints), "analyze")

@@ -13,7 +13,6 @@ from headprobe.cli.common import (
     fail,
     gib,
     say_error,
-    say_warning,
     token_counts,
     words,
 )
@@ -53,7 +52,7 @@ def analyze(
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
     from headprobe.metrics import METRICS, Rows
-    from headprobe.probe import check_trained_lengths
+    from headprobe.probe import BeyondTrainedError
     from headprobe.runs import FolderBusy
 
     check_run(ctx, out, device)
@@ -73,16 +72,12 @@ def analyze(
             allow_beyond_trained=allow_beyond_trained,
         )
         settings.validate()
-        for path in checkpoints:  # before any model loads
-            warning = check_trained_lengths(path, settings.lengths, allow_beyond_trained)
-            if warning:
-                say_warning(warning, ctx)
-    except (ValueError, typer.BadParameter) as err:  # bad options, settings, lengths beyond training
+    except (ValueError, typer.BadParameter) as err:  # bad options or settings
         raise fail(err, ctx) from None
     with progress_bar("analyze", ctx, enabled=progress) as bar:
         try:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
-        except FolderBusy as err:
+        except (FolderBusy, BeyondTrainedError) as err:  # refused before any model loads
             raise fail(err, ctx) from None
     for name, summary in report.results.items():
         typer.echo(f"{name}: {out / name}")

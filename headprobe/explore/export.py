@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from headprobe.explore.app import api_answer, asset
-from headprobe.explore.pooling import TileSpec, top_level
+from headprobe.explore.pooling import TileSpec, tiles_across, top_level
 from headprobe.explore.session import ModelView
 from headprobe.model.atomic import atomic_write_text
 
@@ -48,7 +48,7 @@ def export_requests(views: Sequence[ModelView], levels: int) -> list[tuple[str, 
         for layer, cap in view.captures.items():
             for head in range(cap.q.shape[0]):
                 for level in range(top, max(-1, top - levels), -1):
-                    n = -(-length // TileSpec(level, 0, 0).span)
+                    n = tiles_across(length, level)
                     todo += [
                         ("tile", {"model": m, "layer": layer, "head": head, "level": level, "row": r, "col": c})
                         for r in range(n)

@@ -48,6 +48,11 @@ class ExploreInput:
     def length(self) -> int:
         return len(self.ids)
 
+    @property
+    def decodes(self) -> bool:
+        """Whether the needle view decodes an answer for this input."""
+        return bool(self.spans and self.max_new_tokens)
+
 
 def _tokens_of(model: ProbedModel, text: str) -> tuple[list[int], list[str], list[tuple[int, int]]]:
     """Ids (behind the prompt start), each token's text, and the character range of each token

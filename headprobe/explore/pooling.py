@@ -75,6 +75,11 @@ class TileSpec:
         return window is not None and k1 - 1 < q0 - window + 1
 
 
+def tiles_across(length: int, level: int) -> int:
+    """Tiles per side of a ``length``-token map at ``level``."""
+    return -(-length // (TILE << level))
+
+
 def top_level(length: int) -> int:
     """The coarsest useful level: one tile covers the whole ``length``-token map."""
     return max(0, math.ceil(math.log2(max(1, length) / TILE)))

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from headprobe.explore.inputs import ExploreInput
-from headprobe.explore.pooling import TILE, TileSpec, pooled_mass, top_level
+from headprobe.explore.pooling import TILE, TileSpec, pooled_mass, tiles_across, top_level
 from headprobe.metrics.retrieval import copy_scores, decode_argmax
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
@@ -47,6 +47,7 @@ METRICS = {
     "needle_mass": ("needle span mass", "mean attention mass on the answer span at the question rows"),
     "retrieval": ("retrieval score", "Wu et al.'s copy score of the generated answer on this input"),
 }
+ROW_STATS = ("entropy", "norm_entropy", "max_prob", "mean_distance")  # per-row statistics averaged per head
 AUTO_ROWS = 2048  # rows the per-head means use by default (every row of shorter inputs)
 TILE_CACHE_BYTES = 256 << 20
 PREFILL_CHUNK = 4096  # tokens per forward chunk while capturing
@@ -118,7 +119,8 @@ class ModelView:
         progress = progress or Silent()
         self.check_memory()
         progress.start(3, f"{name}: forward pass over {inp.length:,} tokens")
-        self.captures, state = self._capture()
+        self.captures: dict[int, Capture] = {}
+        state = self._capture()
         progress.advance()
         self.evidence: dict | None = None
         if state is not None:
@@ -156,8 +158,8 @@ class ModelView:
         """Refuse, before any work, an input whose forward pass and captures would not fit in memory."""
         length = self.input.length
         self.model.check_length(length)
-        decodes = bool(self.input.spans and self.input.max_new_tokens)
-        estimate = self.model.memory(length, cached_tokens=length + self.input.max_new_tokens if decodes else 0)
+        cached = length + self.input.max_new_tokens if self.input.decodes else 0
+        estimate = self.model.memory(length, cached_tokens=cached)
         estimate = dataclasses.replace(estimate, statistics=estimate.statistics + self.capture_bytes())
         require_fits(
             f"exploring {self.name} at {length:,} tokens",
@@ -166,38 +168,32 @@ class ModelView:
             "use a shorter --length or capture fewer --layers",
         )
 
-    def _capture(self) -> tuple[dict[int, Capture], Any]:
+    def _capture(self) -> Any:
         """Run the input through the model in chunks of :data:`PREFILL_CHUNK` tokens (activations stay
-        bounded; the KV cache holds the keys), copying each chunk's queries and new keys into one
-        buffer per layer. For an input the needle view decodes, the last token is left out: the first
-        decoding step fills its row (:meth:`_evidence`), so the prefill serves both. Returns the
-        captures and the decoding state (``None`` when nothing is decoded)."""
+        bounded; the KV cache holds the keys), each call's queries and new keys copied into
+        :attr:`captures` (:meth:`_keep`). For an input the needle view decodes, the last token is left
+        out: the first decoding step fills its row (:meth:`_evidence`), so the prefill serves both.
+        Returns the decoding state (``None`` when nothing is decoded)."""
         ids = torch.tensor([self.input.ids])
-        length = self.input.length
-        captures: dict[int, Capture] = {}
+        state = self.model.prefill(ids[:, :-1] if self.input.decodes else ids, probe=self._keep, chunk=PREFILL_CHUNK)
+        return state if self.input.decodes else None
 
-        def probe(call: AttentionCall) -> None:
-            if call.layer not in self.layer_ids:
-                return
-            n, start = call.q.shape[2], call.query_start
-            if call.layer not in captures:
-                (_, h, _, d), hkv = call.q.shape, call.k.shape[1]
-                q = call.q.new_empty(h, length, d)
-                captures[call.layer] = Capture(q, call.k.new_empty(hkv, length, d), call.window, call.scale)
-            cap = captures[call.layer]
-            cap.q[:, start : start + n] = call.q[0]
-            cap.k[:, start : start + n] = call.k[0, :, -n:]  # the queries' own keys are the call's last ones
-
-        decodes = bool(self.input.spans and self.input.max_new_tokens)
-        state = self.model.prefill(ids[:, :-1] if decodes else ids, probe=probe, chunk=PREFILL_CHUNK)
-        self._capture_probe = probe
-        return captures, (state if decodes else None)
+    def _keep(self, call: AttentionCall) -> None:
+        """Copy one attention call's queries and their own keys (the call's last ones) into the layer's
+        buffers, made at the first call: ``[heads, L, qk_dim]`` and ``[kv_heads, L, qk_dim]``."""
+        if call.layer not in self.layer_ids:
+            return
+        n, start = call.q.shape[2], call.query_start
+        if call.layer not in self.captures:
+            (_, h, _, d), hkv, length = call.q.shape, call.k.shape[1], self.input.length
+            q, k = call.q.new_empty(h, length, d), call.k.new_empty(hkv, length, d)
+            self.captures[call.layer] = Capture(q, k, call.window, call.scale)
+        cap = self.captures[call.layer]
+        cap.q[:, start : start + n] = call.q[0]
+        cap.k[:, start : start + n] = call.k[0, :, -n:]
 
     def _head_metrics(self) -> dict[str, np.ndarray]:
-        out = {
-            m: np.full((len(self.layers), self.max_heads), np.nan)
-            for m in ("entropy", "norm_entropy", "max_prob", "mean_distance")
-        }
+        out = {m: np.full((len(self.layers), self.max_heads), np.nan) for m in ROW_STATS}
         rows = self.rows.indices(self.input.length)
         question = self.input.question
         if self.input.spans and question:
@@ -205,7 +201,7 @@ class ModelView:
         for layer, cap in self.captures.items():
             st = attention_stats(cap.q[None], cap.k[None], window=cap.window, scale=cap.scale, rows=rows, topk=0)
             h = cap.q.shape[0]
-            for m in ("entropy", "norm_entropy", "max_prob", "mean_distance"):
+            for m in ROW_STATS:
                 out[m][layer, :h] = getattr(st, m)[0].double().mean(-1).cpu().numpy()
             if "needle_mass" in out:
                 q_rows = torch.arange(*question)
@@ -227,7 +223,7 @@ class ModelView:
 
         def last_row(step: int, token: int, call: AttentionCall) -> None:
             if step == 0:
-                self._capture_probe(call)
+                self._keep(call)
 
         tokens, argmax = decode_argmax(
             self.model,
@@ -288,7 +284,7 @@ class ModelView:
         length = self.input.length
         if not 0 <= spec.level <= top_level(length):
             raise ExploreError(f"level {spec.level} is out of range: 0 (tokens) .. {top_level(length)} (whole map)")
-        n = -(-length // spec.span)
+        n = tiles_across(length, spec.level)
         if not (0 <= spec.row < n and 0 <= spec.col < n):
             raise ExploreError(
                 f"tile ({spec.row}, {spec.col}) is outside the map: level {spec.level} has {n} x {n} tiles"
@@ -326,9 +322,8 @@ class ModelView:
                 q, k, window=cap.window, scale=cap.scale, rows=(q0, q1), keys=(band_k0, q1), block=spec.block
             )
             lse[q0:q1], known[q0:q1] = row_lse.double(), True
-            per = TILE
             for col in range(first, spec.row + 1):
-                part = values[:, (col - first) * per : (col - first + 1) * per]
+                part = values[:, (col - first) * TILE : (col - first + 1) * TILE]
                 self._store((layer, head, TileSpec(spec.level, spec.row, col)), part)
             return self._tiles[key]
 

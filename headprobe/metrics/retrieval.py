@@ -145,12 +145,12 @@ def copy_scores(
     (``argmax [steps, layers, heads]``, absolute prompt positions) lies in an answer span and holds the
     very token the step produced adds ``1 / len(span)``. Returns ``[layers, heads]``."""
     scores = np.zeros(argmax.shape[1:])
+    prompt = np.asarray(ids)
     for step, token in enumerate(tokens):
         where = argmax[step]
+        copies = prompt[np.clip(where, 0, len(prompt) - 1)] == token
         for start, end in spans:
-            inside = (where >= start) & (where < end)
-            hits = inside & (np.asarray(ids)[np.clip(where, 0, len(ids) - 1)] == token)
-            scores += hits / max(end - start, 1)
+            scores += ((where >= start) & (where < end) & copies) / max(end - start, 1)
     return scores
 
 

@@ -79,16 +79,13 @@ class ProbedModel:
         ``O(chunk)`` tokens on top of the cache, so long prompts fit; every query still sees every key
         it would see in one pass (the cache holds them)."""
         ids = ids.to(self.device)
-        if chunk is None or ids.shape[1] <= chunk:
-            if probe is None:
-                return self._prefill(ids)
-            state = self._prefill(ids[:, :0])
-            if ids.shape[1]:
-                self._step(state, ids, probe)
-            return state
+        n = ids.shape[1]
+        if probe is None and (chunk is None or n <= chunk):
+            return self._prefill(ids)
         state = self._prefill(ids[:, :0])
-        for start in range(0, ids.shape[1], chunk):
-            self._step(state, ids[:, start : start + chunk], probe)
+        step = max(1, chunk or n)
+        for start in range(0, n, step):
+            self._step(state, ids[:, start : start + step], probe)
         return state
 
     @torch.no_grad()
