@@ -170,6 +170,7 @@ def test_inputs_know_where_the_answer_and_the_question_are(tiny, tmp_path):
 
     assert "".join(inp.tokens[q0:q1]) == PROMPT_SUFFIX.format(question=NEEDLES[2].question) and q1 == inp.length == 500
     r = ruler_input(tiny, "niah_multivalue", 700)
+    assert r.max_new_tokens == 128  # RULER's budget for the niah tasks
     for value in r.answers:
         assert any("".join(r.tokens[s:e]).strip() == value for s, e in r.spans)
     assert r.question[1] == r.length and "What are all the special magic numbers" in "".join(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headprobe.evals.ruler.generate import RulerGenerator
+from headprobe.evals.ruler.tasks import TASKS
 from headprobe.probe.base import ProbedModel
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_prompt, needle_set
@@ -145,6 +146,6 @@ def ruler_input(model: ProbedModel, task: str, length: int, seed: int = 0) -> Ex
         spans=sorted(set(spans)),
         question=question,
         answers=list(sample["outputs"]),
-        max_new_tokens=int(sample.get("tokens_to_generate") or 32),
+        max_new_tokens=TASKS[sample["task"]].tokens_to_generate,  # ruler eval's budget for the task
         label=f"RULER-style {task}, {len(ids):,} tokens (seed {seed})",
     )
