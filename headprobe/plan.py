@@ -6,12 +6,10 @@ the first member of its grid (the narrow-head baseline, e.g. ``0.6b-d128``).
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from headprobe.model.budget import budget
-from headprobe.model.config import ConfigError, ModelConfig
+from headprobe.model.config import ModelConfig
 from headprobe.model.presets import list_presets, preset
 
 
@@ -38,20 +36,3 @@ def plan_rows(configs: list[ModelConfig], seq_len: int) -> list[dict[str, Any]]:
 def configs_for(scale: str | None) -> list[ModelConfig]:
     """Presets of one scale, or of every scale when ``scale`` is ``None``."""
     return [preset(name) for name in list_presets(scale)]
-
-
-def load_config(path: str | Path) -> ModelConfig:
-    """:meth:`ModelConfig.load <headprobe.model.config.ModelConfig.load>`, refusing a file whose JSON is not
-    an object (a list, a string, a number) by saying so, instead of naming the first field it lacks."""
-    file = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # missing, unreadable or not JSON: ModelConfig.load says which
-        data = {}
-    if not isinstance(data, dict):
-        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
-        raise ConfigError(
-            f"{file} holds {kind}, expected a JSON object (a model config such as a checkpoint's config.json, "
-            "with its 'swa' and 'full' blocks)"
-        )
-    return ModelConfig.load(path)

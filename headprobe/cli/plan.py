@@ -22,15 +22,15 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list instead of a table")] = False,
 ) -> None:
     """Parameters, attention parameters, training FLOPs/token and KV-cache bytes of each grid member."""
-    from headprobe.model.config import ConfigError
+    from headprobe.model.config import ConfigError, ModelConfig
     from headprobe.model.presets import list_scales
-    from headprobe.plan import configs_for, load_config, plan_rows
+    from headprobe.plan import configs_for, plan_rows
 
     if seq_len < 1:
         raise typer.BadParameter("--seq-len must be >= 1")
     try:
         if config:
-            configs = [load_config(p) for p in config]
+            configs = [ModelConfig.load(p) for p in config]
         else:
             if scale is not None and scale not in list_scales():
                 raise typer.BadParameter(f"unknown scale {scale!r}; choose one of {list_scales()}")

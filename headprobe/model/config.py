@@ -271,9 +271,18 @@ class ModelConfig:
         if not path.is_file():
             raise FileNotFoundError(f"model config {path} does not exist")
         try:
-            return cls.from_json(path.read_text())
+            data = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise ConfigError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+                type(data), "a number"
+            )
+            raise ConfigError(
+                f"{path} holds {kind}, expected a JSON object (a model config such as a checkpoint's config.json, "
+                "with its 'swa' and 'full' blocks)"
+            )
+        return cls.from_dict(data)
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
