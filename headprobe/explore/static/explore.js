@@ -492,7 +492,6 @@ const hp = (() => {
     state.needle = ev;
     const sel = state.heads[0];
     const p = document.createElement("p");
-    p.innerHTML = "";
     p.textContent = `generated: ${JSON.stringify(ev.answer)} — expected: ${ev.expected.map((a) => JSON.stringify(a)).join(", ")}`;
     box.innerHTML = "";
     box.appendChild(p);
