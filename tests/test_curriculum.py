@@ -52,6 +52,11 @@ def test_listed_levels_come_first_with_their_own_tasks_then_the_grown_ones():
         ({"tasks": {"copy": 1}, "levels": [{"depth": 3}]}, "unknown level fields"),
         ({"tasks": {"copy": 1}, "levels": [{"accuracy": 1.5}]}, "advance threshold in"),
         ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"steps": 5, "accuracy": 0.5}}, "advance is"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"probe": "copy@300", "accuracy": 0.5}}, "advance is"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"probe": "copy@300", "window": 3}}, "advance is"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"probe": "copy", "accuracy": 0.5, "every": 5}}, "task@"),
+        ({"tasks": {"copy": 1}, "levels": [{}], "advance": {"probe": "copy@9", "accuracy": 0.5, "every": 0}}, ">= 1"),
+        ({"tasks": {"copy": 1}, "levels": [{"probe": "copy@300"}]}, "level's `probe` needs"),
         ({"tasks": {"copy": 1}, "levels": [{}], "speed": 1}, "unknown fields"),
         ({"tasks": {"copy": 1}, "levels": [{}], "prose": 1.0}, "prose is the share"),
     ],
@@ -82,6 +87,25 @@ def test_state_advances_on_accuracy_or_schedule():
     state = CurriculumState()
     assert [state.observe(s, 0.0, c) for s in range(6)] == [False, True, False, True, False, False]
     assert CurriculumState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+
+
+PROBED = {
+    **NEEDLES,
+    "levels": [*NEEDLES["levels"], {"probe": "copy@400", "accuracy": 0.6}, {}],
+    "advance": {"probe": "needle@300", "accuracy": 0.5, "every": 4},
+}
+
+
+def test_a_probe_driven_curriculum_advances_on_the_held_out_score_not_training_accuracy():
+    c = Curriculum.from_dict(PROBED)
+    state = CurriculumState()
+    assert not any(state.observe(step, 1.0, c) for step in range(50))  # perfect training accuracy: no move
+    assert c.advance_probe(0) == Probe.parse("needle@300") and c.advance_probe(2) == Probe.parse("copy@400")
+    # level 0 and 1 need more than 0.5 on needle@300; level 2 its own 0.6 on copy@400; level 3 is the last
+    scores = [0.5, 0.56, 0.2, 0.9, 0.6, 0.61, 1.0]
+    moves = [state.observe_probe(4 * (i + 1) - 1, s, c) for i, s in enumerate(scores)]
+    assert moves == [False, True, False, True, False, True, False] and state.level == 3
+    assert state.since == 24  # advanced after the probe at step 24 (0-based 23)
 
 
 def test_rows_pack_examples_with_their_answers_as_targets():
@@ -199,6 +223,27 @@ def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
     resumed = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [r["loss"] for r in resumed] == [r["loss"] for r in rows]  # the same batches, bit for bit
     assert [r["level"] for r in resumed] == [r["level"] for r in rows]
+
+
+def test_a_run_gates_levels_on_its_advance_probe_and_logs_each_check(tmp_path, monkeypatch):
+    import trainer.train as loop
+
+    cfg_file = tmp_path / "model.json"
+    cfg_file.write_text(tiny_config(vocab_size=264, max_seq_len=512).to_json())
+    (tmp_path / "c.json").write_text(json.dumps({**PROBED, "advance": {**PROBED["advance"], "every": 2}}))
+    asked, scores = [], iter([0.0, 0.9, 0.3, 0.7, 1.0])
+
+    def scripted(model, tokenizer, probe):  # the score each check would see, and which probe was asked
+        asked.append(probe.name)
+        return next(scores)
+
+    monkeypatch.setattr(loop, "run_probe", scripted)
+    cfg = TrainConfig(config=str(cfg_file), curriculum=str(tmp_path / "c.json"), out=str(tmp_path / "run"), steps=9)
+    train(TrainConfig(**{**cfg.to_dict(), "batch_size": 2, "seq_len": 512, "warmup_steps": 1, "progress": False}))
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    checks = [(r["step"], r["advance_level"], r["advance_score"]) for r in rows if "advance_score" in r]
+    assert checks == [(2, 0, 0.0), (4, 0, 0.9), (6, 1, 0.3), (8, 1, 0.7)]  # level 3 is last: no more checks
+    assert asked == ["probe/needle@300"] * 4 and [r["level"] for r in rows][-1] == 2
 
 
 def test_copy_probes_cue_the_repeat_and_ask_for_its_continuation():

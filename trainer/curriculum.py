@@ -18,14 +18,19 @@ and the probes to log::
   tokens per row, shorter than ``seq_len``: each ``seq_len`` row of the step is cut into rows of
   ``row`` tokens packed apart, so a step holds as many tokens but a head sees fewer unrelated keys,
   which is what lets a copy circuit form early (docs/training.md); ``accuracy``: that level's own
-  advance threshold, for tasks whose attainable accuracy is lower). A level repeats the previous one's
-  fields it does not name except ``accuracy`` (``"row": null`` returns to full rows); the ``grow``
+  advance threshold, for tasks whose attainable accuracy is lower; ``probe``: that level's own advance
+  probe, see below). A level repeats the previous one's fields it does not name except ``accuracy``
+  and ``probe`` (``"row": null`` returns to full rows); the ``grow``
   levels use full rows. And/or ``grow``: distance levels ``[lo/2, lo], [lo/2*f, lo*f], ...`` up to
   ``hi`` after the listed ones, the segment growing with the distance up to its own cap
   (``segment_max``, default 96), with the file's ``tasks``.
 * ``advance``: ``{"accuracy": a, "window": n}`` moves to the next level once the mean training accuracy
   on the target tokens over the last ``n`` steps exceeds ``a`` (an adaptive curriculum, driven by what
-  the model has learned); ``{"steps": k}`` moves every ``k`` steps (a schedule).
+  the model has learned); ``{"steps": k}`` moves every ``k`` steps (a schedule);
+  ``{"probe": "copy@300", "accuracy": a, "every": k}`` runs that held-out probe (:mod:`headprobe.text.probes`:
+  unseen keys, exactly that distance, greedy exact answers) every ``k`` steps and moves on once its score
+  exceeds ``a``: an adaptive curriculum driven by retrieval the training rows cannot shortcut, e.g. gating
+  each level on a distance past every sliding window (a level's own ``probe`` overrides the file's).
 * ``prose``: the share of rows taken from the run's ``data`` folder (plain text, every token a target).
 * ``probes``: held-out evaluations (``task@distance``) logged every ``probe_every`` steps
   (:mod:`trainer.probes`).
@@ -46,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
+from headprobe.text.probes import Probe, ProbeError
 from headprobe.text.tasks import TaskMix, TaskSettings
 from trainer.config import TrainError
 from trainer.data import Batch, PackedSequences, collate
@@ -62,9 +68,12 @@ class Curriculum:
     level_tasks: tuple[dict[str, float], ...] = ()  # each level's task weights (default: ``tasks``)
     level_rows: tuple[int | None, ...] = ()  # each level's tokens per row (None: ``seq_len``)
     level_accuracy: tuple[float | None, ...] = ()  # each level's advance threshold (None: ``accuracy``)
+    level_probe: tuple[str | None, ...] = ()  # each level's advance probe (None: ``probe``)
     accuracy: float | None = 0.85
     window: int = 20
     steps: int | None = None
+    probe: str | None = None  # advance on this held-out probe's score (``task@distance``), not training accuracy
+    probe_check_every: int = 0  # steps between advance probes
     prose: float = 0.0
     probes: tuple[str, ...] = ()
     probe_every: int = 0
@@ -87,14 +96,32 @@ class Curriculum:
         if unknown:
             raise TrainError(f"{where}: unknown fields {unknown}")
         try:
-            levels, level_tasks, level_rows, level_accuracy = _levels(raw)
+            levels, level_tasks, level_rows, level_accuracy, level_probe = _levels(raw)
             for tasks, settings in zip(level_tasks, levels, strict=True):
                 TaskMix(tasks, settings)  # validates the task names and weights
         except (ValueError, TypeError, KeyError) as err:
             raise TrainError(f"{where}: {err}") from None
         advance = raw.get("advance", {"accuracy": 0.85, "window": 20})
-        if set(advance) - {"accuracy", "window", "steps"} or ("steps" in advance) == ("accuracy" in advance):
-            raise TrainError(f'{where}: advance is {{"accuracy": a, "window": n}} or {{"steps": k}}')
+        rules = '{"accuracy": a, "window": n}, {"steps": k} or {"probe": "task@distance", "accuracy": a, "every": k}'
+        probing = "probe" in advance
+        allowed = {"probe", "accuracy", "every"} if probing else {"accuracy", "window", "steps"}
+        if (
+            not isinstance(advance, dict)
+            or set(advance) - allowed
+            or (not probing and ("steps" in advance) == ("accuracy" in advance))
+            or (probing and not {"accuracy", "every"} <= set(advance))
+        ):
+            raise TrainError(f"{where}: advance is {rules}")
+        if any(level_probe) and not probing:
+            raise TrainError(f"{where}: a level's `probe` needs an advance rule with a probe ({rules})")
+        for spec in {advance.get("probe"), *level_probe} - {None}:
+            try:
+                Probe.parse(spec)
+            except ProbeError as err:
+                raise TrainError(f"{where}: advance {err}") from None
+        every = int(advance.get("every", 0))
+        if probing and every < 1:
+            raise TrainError(f"{where}: advance `every` is the steps between advance probes, >= 1 (got {every})")
         prose = float(raw.get("prose", 0.0))
         if not 0 <= prose < 1:
             raise TrainError(f"{where}: prose is the share of prose rows, in [0, 1)")
@@ -104,9 +131,12 @@ class Curriculum:
             level_tasks=tuple(level_tasks),
             level_rows=tuple(level_rows),
             level_accuracy=tuple(level_accuracy),
+            level_probe=tuple(level_probe),
             accuracy=advance.get("accuracy"),
             window=int(advance.get("window", 20)),
             steps=advance.get("steps"),
+            probe=advance.get("probe"),
+            probe_check_every=every,
             prose=prose,
             probes=tuple(raw.get("probes", ())),
             probe_every=int(raw.get("probe_every", 0)),
@@ -122,6 +152,18 @@ class Curriculum:
         rows = self.level_rows[min(level, len(self.levels) - 1)] if self.level_rows else None
         return min(rows or seq_len, seq_len)
 
+    def advance_probe(self, level: int) -> Probe | None:
+        """The held-out probe whose score moves a run past ``level`` (None: training accuracy or a schedule)."""
+        if self.probe is None:
+            return None
+        own = self.level_probe[min(level, len(self.levels) - 1)] if self.level_probe else None
+        return Probe.parse(own or self.probe)
+
+    def threshold(self, level: int) -> float:
+        """The score ``level`` must exceed to advance (its own ``accuracy``, else the file's)."""
+        own = self.level_accuracy[min(level, len(self.levels) - 1)] if self.level_accuracy else None
+        return own if own is not None else (self.accuracy or 0.0)
+
     def identity(self) -> str:
         """A digest of the file's content (part of the run's data identity)."""
         return hashlib.sha256(json.dumps(self.source, sort_keys=True).encode()).hexdigest()[:16]
@@ -129,23 +171,25 @@ class Curriculum:
 
 def _levels(
     raw: dict[str, Any],
-) -> tuple[list[TaskSettings], list[dict[str, float]], list[int | None], list[float | None]]:
-    """Each level's settings, task weights, row length and advance threshold: the listed ``levels``, then
-    the ``grow`` ones. A level's ``accuracy`` is its own, not inherited."""
+) -> tuple[list[TaskSettings], list[dict[str, float]], list[int | None], list[float | None], list[str | None]]:
+    """Each level's settings, task weights, row length, advance threshold and advance probe: the listed
+    ``levels``, then the ``grow`` ones. A level's ``accuracy`` and ``probe`` are its own, not inherited."""
     if "levels" not in raw and "grow" not in raw:
         raise ValueError("give `levels` (a list), `grow` (a distance range and factor) or both")
     tasks = {str(k): float(v) for k, v in (raw.get("tasks") or {}).items()}
-    out, weights, rows, thresholds, current = [], [], [], [], {}
+    out, weights, rows, thresholds, probes, current = [], [], [], [], [], {}
+    own = ("accuracy", "probe")  # a level's own, not inherited
     for level in raw.get("levels", []):
-        extra = set(level) - set(_SETTINGS) - {"tasks", "row", "accuracy"}
+        extra = set(level) - set(_SETTINGS) - {"tasks", "row", *own}
         if extra:
-            fields = ", ".join(("tasks", "row", "accuracy", *_SETTINGS))
+            fields = ", ".join(("tasks", "row", *own, *_SETTINGS))
             raise ValueError(f"unknown level fields {sorted(extra)}; a level sets {fields}")
         accuracy = level.get("accuracy")
         if accuracy is not None and not 0 < accuracy < 1:
             raise ValueError(f"a level's `accuracy` is an advance threshold in (0, 1) (got {accuracy!r})")
         thresholds.append(accuracy)
-        current = {**current, **{k: v for k, v in level.items() if k != "accuracy"}}
+        probes.append(level.get("probe"))
+        current = {**current, **{k: v for k, v in level.items() if k not in own}}
         settings = {k: tuple(v) if isinstance(v, list) else v for k, v in current.items() if k not in ("tasks", "row")}
         out.append(TaskSettings(**settings))
         weights.append({str(k): float(v) for k, v in current.get("tasks", tasks).items()})
@@ -167,10 +211,11 @@ def _levels(
             weights.append(tasks)
             rows.append(None)
             thresholds.append(None)
+            probes.append(None)
             if top >= hi:
                 break
             d *= factor
-    return out, weights, rows, thresholds
+    return out, weights, rows, thresholds, probes
 
 
 @dataclass
@@ -182,17 +227,26 @@ class CurriculumState:
     recent: list[float] = field(default_factory=list)
 
     def observe(self, step: int, accuracy: float, c: Curriculum) -> bool:
-        """Fold in the accuracy of ``step`` (0-based); advance a level when the rule says so."""
-        last = len(c.levels) - 1
-        if self.level >= last:
+        """Fold in the training accuracy of ``step`` (0-based); advance a level when the rule says so (a
+        probe-driven curriculum advances in :meth:`observe_probe` only)."""
+        if self.level >= len(c.levels) - 1 or c.probe is not None:
             return False
         if c.steps is not None:
             advance = step + 1 - self.since >= c.steps
         else:
             self.recent = [*self.recent, accuracy][-c.window :]
-            own = c.level_accuracy[self.level] if c.level_accuracy else None
-            threshold = own if own is not None else (c.accuracy or 0.0)
-            advance = len(self.recent) == c.window and sum(self.recent) / c.window > threshold
+            advance = len(self.recent) == c.window and sum(self.recent) / c.window > c.threshold(self.level)
+        return self._advance(advance, step)
+
+    def observe_probe(self, step: int, score: float, c: Curriculum) -> bool:
+        """Fold in the advance probe's score after ``step`` (0-based): advance when it exceeds the level's
+        threshold."""
+        if self.level >= len(c.levels) - 1 or c.probe is None:
+            return False
+        self.recent = [score]
+        return self._advance(score > c.threshold(self.level), step)
+
+    def _advance(self, advance: bool, step: int) -> bool:
         if advance:
             self.level, self.since, self.recent = self.level + 1, step + 1, []
         return advance

@@ -230,6 +230,22 @@ class Trainer:
     def _probing(self, step: int) -> bool:
         return bool(self.probes) and self.probe_every > 0 and step % self.probe_every == 0
 
+    def _advance(self, step: int, accuracy: float) -> dict[str, Any]:
+        """Move the curriculum on after ``step`` steps, whose training accuracy was ``accuracy`` (by that, by
+        a schedule, or every ``every`` steps by the level's held-out advance probe); returns what to log of
+        an advance probe that ran."""
+        if not isinstance(self.source, CurriculumSource):
+            return {}
+        c, state = self.source.c, self.source.state
+        state.observe(step - 1, accuracy, c)
+        probe = c.advance_probe(state.level)
+        if probe is None or step % c.probe_check_every or state.level >= len(c.levels) - 1:
+            return {}
+        score = run_probe(self.model, self.tokenizer, probe)  # every process: FSDP forwards need them all
+        level = state.level
+        state.observe_probe(step - 1, score, c)
+        return {"advance_probe": probe.name, "advance_score": score, "advance_level": level}
+
     def _row(self, step: int, stats: StepStats, lr: float, flops: float, peak: float | None) -> dict[str, Any]:
         tps = stats.positions / stats.seconds
         row = {
@@ -269,10 +285,9 @@ class Trainer:
                 step += 1
                 self.tokens_seen += stats.tokens
                 last_loss = stats.loss
-                if isinstance(self.source, CurriculumSource):
-                    self.source.state.observe(step - 1, stats.accuracy, self.source.c)
-                if step % cfg.log_every == 0 or step == self.total_steps or self._probing(step):
-                    log.write(self._row(step, stats, lr, flops, peak))
+                gate = self._advance(step, stats.accuracy)
+                if step % cfg.log_every == 0 or step == self.total_steps or self._probing(step) or gate:
+                    log.write({**self._row(step, stats, lr, flops, peak), **gate})
                 if self.on_step:
                     speed = stats.positions / stats.seconds
                     self.on_step(step, self.total_steps, f"loss {stats.loss:.4f}  {speed:,.0f} tok/s")
