@@ -249,6 +249,21 @@ def test_attention_backend_that_cannot_run_is_a_message(tmp_path):
         "--attention-backend", "flash", "--device", "cpu", "--dtype", "float32", "--out", str(tmp_path / "r"),
     )  # fmt: skip
     assert_clean_error(res, "flash")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_run_that_fails_at_its_first_step_leaves_no_folder(tmp_path):
+    """The error comes from the first batch (after the run's config was written): nothing is left at --out."""
+    far = tmp_path / "far.json"
+    far.write_text(json.dumps({"tasks": {"needle": 1}, "levels": [{"distance": [900, 1000]}]}))
+    cfg = tmp_path / "model.json"
+    cfg.write_text(tiny_config(vocab_size=264, max_seq_len=256).to_json())
+    res = invoke(
+        "train", "--config", str(cfg), "--curriculum", str(far), "--tokenizer", "byte", "--steps", "2",
+        "--batch-size", "2", "--seq-len", "256", "--out", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert_clean_error(res, "longer than --seq-len 256", "raise --seq-len")
+    assert not (tmp_path / "r").exists()
 
 
 def test_plugin_errors_do_not_import_torch():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -315,8 +316,14 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> TrainResult:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     world = init_world(cfg.device)
+    out = Path(cfg.out)
+    fresh = not out.exists()
     try:
         return Trainer(cfg, world, on_step if cfg.progress else None).setup().run()
+    except BaseException:
+        if fresh and world.is_main and out.is_dir() and not list_steps(out):
+            shutil.rmtree(out, ignore_errors=True)  # a run that failed before its first checkpoint leaves nothing
+        raise
     finally:
         shutdown()
         torch.set_num_threads(threads)  # a library call leaves the process as it found it
