@@ -9,13 +9,12 @@ line draws (rich bars in :mod:`headprobe.cli.progress`); the library itself draw
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import platform
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -23,8 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 import torch
 
-from headprobe.cleanup import CLEANUPS
-from headprobe.model.atomic import atomic_write_text
+from headprobe.model.atomic import atomic_write_text, folder_lock
 from headprobe.model.budget import MemoryEstimate
 from headprobe.probe.errors import ModelLoadError
 from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
@@ -220,15 +218,17 @@ def run_models(
 ) -> RunReport[T]:
     """``job(path, folder, name)`` for every checkpoint: one checkpoint writes into ``out`` itself and its
     failure is the run's; several write into ``out/<name>/`` each, a failure recorded and the others run.
-    ``record`` is the job's name and settings for ``OUT/run.json`` (written when anything succeeded)."""
+    ``record`` is the job's name and settings for ``OUT/run.json`` (written when anything succeeded). The
+    run holds ``out`` (:func:`folder_lock`) throughout."""
     names = unique_names(checkpoints)
-    if len(checkpoints) == 1:
-        report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
-        report.results[names[0]] = job(Path(checkpoints[0]), out, names[0])
-    else:
-        report = run_each(checkpoints, lambda path, name: job(path, out / name, name), progress, out)
-    if report.results:
-        write_run_record(out, record[0], record[1], report)
+    with folder_lock(out):
+        if len(checkpoints) == 1:
+            report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
+            report.results[names[0]] = job(Path(checkpoints[0]), out, names[0])
+        else:
+            report = run_each(checkpoints, lambda path, name: job(path, out / name, name), progress, out)
+        if report.results:
+            write_run_record(out, record[0], record[1], report)
     return report
 
 
@@ -243,50 +243,6 @@ def write_run_record(out: Path, job: str, settings: dict[str, Any], report: RunR
         "errors": report.errors,
     }
     atomic_write_text(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
-
-
-LOCK_FILE = ".headprobe.lock"
-
-
-class FolderBusy(RuntimeError):
-    """Another run holds the output folder (:func:`folder_lock`)."""
-
-
-@contextlib.contextmanager
-def folder_lock(out: Path) -> Iterator[None]:
-    """Hold the output folder ``out`` for one run: an exclusive ``flock`` on ``OUT/.headprobe.lock`` (the
-    holder's pid written inside), released when the block ends or the process dies however it dies. A
-    second run on the same folder is refused at once, naming the holder, instead of both writing it. A
-    folder this run created and left empty is removed again (a refused or failed run writes nothing), and
-    the lock file goes with the lock (a run starting at that very moment could, in principle, lock the
-    old file: runs are refused, never queued, so the window is that instant)."""
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise FolderBusy(
-            f"{out} is being written by another headprobe run (pid {holder}); wait for it to finish or give "
-            "another `out`"
-        ) from None
-
-    def release() -> None:
-        (out / LOCK_FILE).unlink(missing_ok=True)  # no hidden file stays behind in the results
-        if created and not any(out.iterdir()):
-            out.rmdir()
-
-    CLEANUPS[fd] = release
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
-    finally:
-        if CLEANUPS.pop(fd, None) is not None:
-            release()
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------

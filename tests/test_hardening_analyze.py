@@ -15,10 +15,10 @@ import typer
 from typer.testing import CliRunner
 
 from headprobe.cli import app
+from headprobe.model.atomic import LOCK_FILE, folder_lock
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.transformer import Transformer
 from headprobe.results import read_meta
-from headprobe.runs import LOCK_FILE, folder_lock
 from headprobe.testing import tiny_config
 
 
@@ -103,7 +103,7 @@ def test_a_second_run_on_a_busy_output_folder_is_refused_naming_the_holder(ckpt,
 
 def test_a_lock_is_released_when_its_holder_dies(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from pathlib import Path; from headprobe.runs import folder_lock\n"
+        [sys.executable, "-c", f"from pathlib import Path; from headprobe.model.atomic import folder_lock\n"
          f"with folder_lock(Path({str(tmp_path)!r})):\n    import os; os._exit(3)"],
     )  # fmt: skip
     assert holder.wait(timeout=60) == 3

@@ -4,6 +4,7 @@ each refusal exits 2 before any work, names the problem and the fix, and leaves 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -175,6 +176,35 @@ def test_generate_refuses_a_length_no_task_fits(tmp_path):
         "use longer --lengths",
     )
     assert not out.exists()
+
+
+def test_eval_refuses_a_length_no_task_fits_and_leaves_nothing(tmp_path, checkpoints):
+    out = tmp_path / "r"
+    res = invoke(
+        "ruler", "eval", checkpoints["long"], "--out", out, "--no-progress", "--tasks", "vt", "--lengths", "512"
+    )
+    refused(res, "no task fits length 512", "vt about 1,297", "use longer --lengths")
+    leftovers = sorted(str(p.relative_to(out)) for p in out.rglob("*")) if out.exists() else []
+    assert leftovers == [], leftovers  # no predictions/run.json claiming the folder for settings that never ran
+
+
+@pytest.mark.parametrize("command", ["ruler", "shortctx"])
+def test_eval_holds_its_output_folder_and_sweeps_what_a_killed_run_left(tmp_path, checkpoints, command):
+    from headprobe.model.atomic import LOCK_FILE, folder_lock
+
+    out = tmp_path / "r"
+    args = ["ruler", "eval", "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1"]
+    if command == "shortctx":
+        args = ["shortctx", "eval", "--task", "builtin", "--limit", "2"]
+    with folder_lock(out):
+        res = invoke(*args[:2], checkpoints["long"], *args[2:], "--out", out, "--no-progress")
+        refused(res, "being written by another headprobe run", f"pid {os.getpid()}", "another --out")
+        assert [p.name for p in out.iterdir()] == [LOCK_FILE]
+    out.mkdir()
+    (out / ".ruler_scores.parquet.tmp-0123abcd").write_text("a killed run's half-written table")
+    res = invoke(*args[:2], checkpoints["long"], *args[2:], "--out", out, "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert not any(p.name.startswith(".") for p in out.rglob("*")), sorted(out.rglob("*"))
 
 
 # 4 ------------------------------------------------------------------------------------------------

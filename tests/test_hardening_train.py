@@ -115,6 +115,35 @@ def test_atomic_directory_replaces_a_file_without_leftovers(tmp_path):
     assert hidden(tmp_path) == []
 
 
+def test_sweep_removes_what_killed_writers_left_and_nothing_else(tmp_path):
+    from headprobe.model.atomic import sweep_temporaries
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    stale = [tmp_path / ".scores.json.tmp-0123abcd", tmp_path / "a" / ".x.parquet.old-89abcdef"]
+    for path in stale:
+        path.write_text("half written")
+    (tmp_path / "a" / ".final.tmp-deadbeef").mkdir()  # a checkpoint folder midway
+    (tmp_path / "a" / ".final.tmp-deadbeef" / "model.safetensors").write_text("part")
+    keep = [tmp_path / ".notes", tmp_path / "a" / ".x.tmp-not-hex", tmp_path / "a" / "b" / "y.tmp-0123abcd"]
+    for path in keep:  # a user's hidden file, other names that merely look alike
+        path.write_text("mine")
+    gone = sweep_temporaries(tmp_path)
+    assert sorted(gone) == sorted([*stale, tmp_path / "a" / ".final.tmp-deadbeef"])
+    assert all(not p.exists() for p in gone) and all(p.read_text() == "mine" for p in keep)
+
+
+def test_a_training_run_holds_its_folder(tmp_path):
+    """A second run into a folder being trained is refused naming the holder (a lock, as analyze takes)."""
+    from headprobe.model.atomic import folder_lock
+
+    cfg = tmp_path / "model.json"
+    cfg.write_text(tiny_config(vocab_size=264, max_seq_len=64).to_json())
+    with folder_lock(tmp_path / "r"):
+        res = invoke("train", "--config", str(cfg), "--steps", "1", "--out", str(tmp_path / "r"))
+        assert_clean_error(res, "being written by another headprobe run", f"pid {os.getpid()}", "another --out")
+        assert [p.name for p in (tmp_path / "r").iterdir()] == [".headprobe.lock"]
+
+
 def test_atomic_directory_failure_keeps_the_old_folder(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "old.txt").write_text("old")

@@ -137,7 +137,7 @@ STUCK = """
 import sys, time
 from pathlib import Path
 from headprobe.cli import install_interrupts
-from headprobe.runs import folder_lock
+from headprobe.model.atomic import folder_lock
 install_interrupts()
 with folder_lock(Path(sys.argv[1])):
     print("holding", flush=True)

@@ -22,6 +22,7 @@ _TORCH_ERRORS = (
     ("headprobe.model.checkpoint", "CheckpointError"),  # --init or a step folder is not a checkpoint
     ("headprobe.model.attention", "AttentionBackendError"),  # --attention-backend cannot run here
     ("headprobe.model.seam", "ProbeError"),
+    ("headprobe.model.atomic", "FolderBusy"),  # another run writes --out
 )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from headprobe.model.atomic import atomic_write_text
+from headprobe.model.atomic import atomic_write_text, folder_lock
 from headprobe.model.budget import budget
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig
@@ -319,7 +319,8 @@ def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> TrainResult:
     out = Path(cfg.out)
     fresh = not out.exists()
     try:
-        return Trainer(cfg, world, on_step if cfg.progress else None).setup().run()
+        with folder_lock(out) if world.is_main else contextlib.nullcontext():  # one run per folder
+            return Trainer(cfg, world, on_step if cfg.progress else None).setup().run()
     except BaseException:
         if fresh and world.is_main and out.is_dir() and not list_steps(out):
             shutil.rmtree(out, ignore_errors=True)  # a run that failed before its first checkpoint leaves nothing

@@ -29,6 +29,7 @@ from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
+from headprobe.model.atomic import folder_lock
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
@@ -37,7 +38,6 @@ from headprobe.runs import (
     RunReport,
     Silent,
     available_memory,
-    folder_lock,
     require_fits,
     run_each,
     table_meta,

@@ -52,8 +52,8 @@ def analyze(
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
     from headprobe.metrics import METRICS, Rows
+    from headprobe.model.atomic import FolderBusy
     from headprobe.probe import BeyondTrainedError
-    from headprobe.runs import FolderBusy
 
     check_run(ctx, out, device)
     try:

@@ -112,6 +112,7 @@ def ruler_eval(
     from headprobe.cli.progress import progress_bar
     from headprobe.evals.ruler import RulerError
     from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
+    from headprobe.model.atomic import FolderBusy
     from headprobe.probe import ModelLoadError
     from headprobe.runs import DoesNotFit
 
@@ -141,7 +142,7 @@ def ruler_eval(
                 progress=bar,
                 batch_size=batch_size or None,
             )
-    except (RulerError, ModelLoadError, DoesNotFit, ValueError) as err:
+    except (RulerError, ModelLoadError, DoesNotFit, FolderBusy, ValueError) as err:
         raise fail(err, ctx) from None
     console = wide_console()
     for name, scores in report.results.items():

@@ -30,6 +30,7 @@ def shortctx_eval(
     from headprobe.cli.progress import progress_bar
     from headprobe.evals.shortctx import ShortCtxError
     from headprobe.evals.shortctx.evaluate import ShortCtxSettings, evaluate_many
+    from headprobe.model.atomic import FolderBusy
     from headprobe.probe import ModelLoadError
 
     check_run(ctx, out, device)
@@ -38,7 +39,7 @@ def shortctx_eval(
         settings.validate()  # before the progress bar: a bad setting is the only thing printed
         with progress_bar("shortctx", ctx, enabled=progress) as bar:
             report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
-    except (ShortCtxError, ModelLoadError, ValueError) as err:
+    except (ShortCtxError, ModelLoadError, FolderBusy, ValueError) as err:
         raise fail(err, ctx) from None
     for name, scores in report.results.items():
         value = scores.set_index("metric")["value"]

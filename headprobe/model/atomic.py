@@ -12,7 +12,9 @@ of its own (safetensors does) are made as readable as a new file before the fold
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -21,6 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
+
+from headprobe.cleanup import CLEANUPS
 
 _T = TypeVar("_T")
 
@@ -89,6 +93,22 @@ def _create_temporary(path: Path, create: Callable[[Path], _T]) -> tuple[Path, s
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name next to {path} after {_NAME_TRIES} tries")
+
+
+_TEMPORARY = re.compile(r"\..+\.(tmp|old)-[0-9a-f]{8}")  # what _hidden_sibling names, and nothing else
+
+
+def sweep_temporaries(folder: str | Path) -> list[Path]:
+    """Remove the hidden ``.NAME.tmp-TOKEN`` / ``.NAME.old-TOKEN`` entries below ``folder`` that a killed
+    writer left (a process stopped by SIGKILL or a crash cannot clean up after itself); returns what was
+    removed. Call it only while holding the folder (no other writer can be midway through a write):
+    :func:`folder_lock` does, and a resumed training run does on its own folder."""
+    gone = []
+    for path in sorted(Path(folder).rglob(".*"), key=lambda p: len(p.parts)):
+        if _TEMPORARY.fullmatch(path.name) and (path.exists() or path.is_symlink()):
+            _remove(path)
+            gone.append(path)
+    return gone
 
 
 def _remove(path: Path) -> None:
@@ -170,3 +190,50 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     _fsync_dir(path.parent)
     if moved_aside:
         _remove(old)
+
+
+LOCK_FILE = ".headprobe.lock"
+
+
+class FolderBusy(RuntimeError):
+    """Another run holds the output folder (:func:`folder_lock`)."""
+
+
+@contextmanager
+def folder_lock(out: str | Path) -> Iterator[None]:
+    """Hold the output folder ``out`` for one run: an exclusive ``flock`` on ``OUT/.headprobe.lock`` (the
+    holder's pid written inside), released when the block ends or the process dies however it dies. A
+    second run on the same folder is refused at once, naming the holder, instead of both writing it. A
+    folder this run created and left empty is removed again (a refused or failed run writes nothing), and
+    the lock file goes with the lock (a run starting at that very moment could, in principle, lock the
+    old file: runs are refused, never queued, so the window is that instant). Holding the folder, it
+    removes what a killed run left midway through writing (:func:`sweep_temporaries`)."""
+    out = Path(out)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise FolderBusy(
+            f"{out} is being written by another headprobe run (pid {holder}); wait for it to finish or give "
+            "another `out`"
+        ) from None
+
+    def release() -> None:
+        (out / LOCK_FILE).unlink(missing_ok=True)  # no hidden file stays behind in the results
+        if created and not any(out.iterdir()):
+            out.rmdir()
+
+    CLEANUPS[fd] = release
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        sweep_temporaries(out)  # what a killed run was midway through writing: the lock says it is over
+        yield
+    finally:
+        if CLEANUPS.pop(fd, None) is not None:
+            release()
+        os.close(fd)

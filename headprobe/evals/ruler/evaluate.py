@@ -277,8 +277,10 @@ def evaluate(
         model.check_length(length)
         batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
     store = Predictions(out)
-    store.claim(settings.key(checkpoint, model.prompt_start))  # before generating: a refusal costs nothing
+    key = settings.key(checkpoint, model.prompt_start)
+    store.check(key)  # before generating: a refusal costs nothing
     samples = load_samples(model, checkpoint, run)
+    store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
     skipped = skipped_tasks(samples, {t.name for t in tasks})
     for line in skip_warnings(skipped):
         progress.log(f"{name}: {line}")

@@ -20,20 +20,26 @@ class Predictions:
     def __init__(self, out: Path) -> None:
         self.folder = Path(out) / "predictions"
 
+    def check(self, key: dict[str, Any]) -> bool:
+        """Refuse when the folder holds predictions made from something other than ``key``; whether it
+        holds a claim (writes nothing: call it before costly work, :meth:`claim` once there is work)."""
+        path = self.folder / CLAIM
+        if not path.exists():
+            return False
+        old = json.loads(path.read_text(encoding="utf-8"))
+        differ = sorted(k for k in key if old.get(k) != key[k])
+        if differ:
+            raise RulerError(
+                f"{self.folder.parent} holds predictions made with other settings ({', '.join(differ)} differ); "
+                f"use another `out`, or delete {self.folder} to start over"
+            )
+        return True
+
     def claim(self, key: dict[str, Any]) -> None:
         """Record what the predictions are made from, or refuse when they were made from something else."""
-        path = self.folder / CLAIM
-        if path.exists():
-            old = json.loads(path.read_text(encoding="utf-8"))
-            differ = sorted(k for k in key if old.get(k) != key[k])
-            if differ:
-                raise RulerError(
-                    f"{self.folder.parent} holds predictions made with other settings ({', '.join(differ)} differ); "
-                    f"use another `out`, or delete {self.folder} to start over"
-                )
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(key, indent=2) + "\n")
+        if not self.check(key):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.folder / CLAIM, json.dumps(key, indent=2) + "\n")
 
     def path(self, task: str, length: int) -> Path:
         return self.folder / f"{task}-{length}.jsonl"
