@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headprobe.model.attention import planned_backend
 from headprobe.model.budget import budget
 from headprobe.model.config import ModelConfig
 from headprobe.model.presets import list_presets, preset
@@ -16,7 +17,8 @@ from headprobe.model.presets import list_presets, preset
 def plan_rows(configs: list[ModelConfig], seq_len: int) -> list[dict[str, Any]]:
     """Tidy rows (one per config) with every :class:`~headprobe.model.budget.Budget` field plus derived ones:
     ``full_qk_budget``/``full_v_budget`` (heads x width of the full layers), ``params_vs_baseline`` and
-    ``flops_vs_baseline`` (ratios to the first config of the same scale)."""
+    ``flops_vs_baseline`` (ratios to the first config of the same scale); ``swa_gpu_backend`` /
+    ``full_gpu_backend``: the attention backend ``auto`` runs for that layer type on a CUDA GPU."""
     rows = []
     baselines: dict[str, dict[str, Any]] = {}
     for cfg in configs:
@@ -25,6 +27,8 @@ def plan_rows(configs: list[ModelConfig], seq_len: int) -> list[dict[str, Any]]:
         row["full_v_budget"] = cfg.full.n_heads * cfg.full.v_head_dim
         row["full_kv_heads"] = cfg.full.kv_heads
         row["window"] = cfg.swa.window
+        for kind, layer in (("swa", cfg.swa), ("full", cfg.full)):  # what `auto` runs on a CUDA GPU
+            row[f"{kind}_gpu_backend"] = planned_backend(layer.qk_head_dim, layer.v_head_dim).value
         scale = (cfg.name or "custom").split("-")[0]
         base = baselines.setdefault(scale, row)
         row["params_vs_baseline"] = row["params"] / base["params"]

@@ -4,8 +4,16 @@ References live in reference.py, small models and tokenizers in headprobe.testin
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Our Triton kernels run on CPU tensors in Triton's interpreter, decided once per process before Triton
+# is imported (headprobe.model.kernels.runtime); on a machine with a GPU they compile and the CUDA tests
+# run instead.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

@@ -246,7 +246,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 @cuda
-@pytest.mark.parametrize("backend", ["sdpa", "flex", "flash"])
+@pytest.mark.parametrize("backend", ["sdpa", "flex", "flash", "triton"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("case", list(CASES))
 def test_cuda_backend_matches_reference(backend, dtype, case):

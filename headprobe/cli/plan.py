@@ -72,6 +72,7 @@ def plan_table(rows: list[dict[str, Any]], seq_len: int) -> Table:
         ("KV bytes/token", "right"),
         ("KV per new token", "right"),
         ("KV cache @L", "right"),
+        ("GPU kernel swa / full", "left"),
     ]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
@@ -87,5 +88,6 @@ def plan_table(rows: list[dict[str, Any]], seq_len: int) -> Table:
             _bytes(r["kv_bytes_per_token"]),
             _bytes(r["kv_bytes_per_new_token"]),
             _bytes(r["kv_cache_bytes"]),
+            f"{r['swa_gpu_backend']} / {r['full_gpu_backend']}",
         )
     return table

@@ -7,7 +7,7 @@ config          ``AttentionConfig``, ``ModelConfig``, ``LayerType``, ``LayerInfo
 presets         ``preset(name)``, ``list_presets()``: the study's grids and the toy grid
 transformer     ``Transformer``: the decoder-only LM with TransformerLens hook points
 seam            ``AttentionCall``, ``Seam``: the one place every attention call passes by
-attention       exact causal / sliding-window attention backends (reference, sdpa, flex, flash)
+attention       exact causal / sliding-window attention backends (reference, sdpa, flex, flash, triton)
 masks           the one window convention (``CausalMask``) and left padding (``KeyPadding``)
 rope            partial rotary position embedding
 kv_cache        the decoding cache (sliding layers keep ``window - 1`` keys)

@@ -19,6 +19,8 @@ sdpa        PyTorch SDPA. Sliding windows run query blocks against their key ban
             ``v`` is zero-padded/split into ``qk_dim``-wide chunks so the fused kernel still runs.
 flex        FlexAttention (compiled) with a block mask. CPU: forward only (no backward in PyTorch).
 flash       flash-attn (CUDA, fp16/bf16, ``qk_dim == v_dim <= 256``); window ``(W-1, 0)``.
+triton      our FlashAttention-style kernel (:mod:`headprobe.model.kernels.attention`): any
+            ``qk_dim`` and ``v_dim`` up to 1024, fwd + bwd; CUDA, or CPU under Triton's interpreter.
 auto        the fastest backend that supports the device, dtype, shapes and gradient need.
 ==========  =====================================================================================
 """
@@ -305,24 +307,61 @@ class FlashBackend:
         return out.transpose(1, 2)
 
 
-BACKENDS: dict[Backend, ReferenceBackend | SdpaBackend | FlexBackend | FlashBackend] = {
+# ---------------------------------------------------------------------------------------------
+# triton
+# ---------------------------------------------------------------------------------------------
+TRITON_MAX_DIM = 1024  # as headprobe.model.kernels.attention.MAX_DIM (that module imports triton)
+
+
+class TritonBackend:
+    """Our Triton kernel (:mod:`headprobe.model.kernels.attention`): every head shape up to width 1024,
+    forward and backward, sliding windows visiting only their band."""
+
+    name = "triton"
+
+    def unsupported(self, s: AttentionShape, mask: CausalMask) -> str | None:
+        from headprobe.model.kernels.runtime import unsupported_device
+
+        if max(s.qk_dim, s.v_dim) > TRITON_MAX_DIM:
+            return f"the triton kernel takes widths up to {TRITON_MAX_DIM}, got {s.qk_dim}/{s.v_dim}; use 'sdpa'"
+        why = unsupported_device(s.device, s.dtype)
+        return None if why is None else f"{why}; or use backend='sdpa'"
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        from headprobe.model.kernels.attention import triton_attention
+
+        return triton_attention(q, k, v, window=mask.window, scale=scale)[0]
+
+
+BACKENDS: dict[Backend, ReferenceBackend | SdpaBackend | FlexBackend | FlashBackend | TritonBackend] = {
     Backend.REFERENCE: ReferenceBackend(),
     Backend.SDPA: SdpaBackend(),
     Backend.FLEX: FlexBackend(),
     Backend.FLASH: FlashBackend(),
+    Backend.TRITON: TritonBackend(),
 }
+
+
+def planned_backend(qk_dim: int, v_dim: int) -> Backend:
+    """The backend ``auto`` takes on a CUDA GPU with flash-attn and Triton installed, for a bf16 layer of
+    this head shape: ``flash`` where it applies (equal widths <= 256, multiples of 8), else ``triton``."""
+    flash = BACKENDS[Backend.FLASH]
+    if qk_dim == v_dim and qk_dim <= flash.max_dim and qk_dim % 8 == 0:
+        return Backend.FLASH
+    return Backend.TRITON
 
 
 def _auto_order(s: AttentionShape, mask: CausalMask) -> list[Backend]:
     if s.device.type == "cuda":
-        # flash where it applies; flex skips the masked tiles of a sliding window over a whole
-        # sequence (not for decode steps or cache chunks: every new shape would recompile it); SDPA
-        # (its mem-efficient kernel accepts qk_dim != v_dim and widths above 256) for the rest.
+        # flash where it applies, else our triton kernel (every head shape, windows by band); where
+        # neither can run (no flash-attn, no triton): flex skips the masked tiles of a sliding window
+        # over a whole sequence (not for decode steps or cache chunks: every new shape would recompile
+        # it); SDPA (its mem-efficient kernel accepts qk_dim != v_dim and widths above 256) for the rest.
         windowed_sequence = not mask.covers(s.k_len) and s.q_len == s.k_len
         if windowed_sequence:
-            return [Backend.FLASH, Backend.FLEX, Backend.SDPA]
-        return [Backend.FLASH, Backend.SDPA]
-    return [Backend.SDPA]
+            return [Backend.FLASH, Backend.TRITON, Backend.FLEX, Backend.SDPA]
+        return [Backend.FLASH, Backend.TRITON, Backend.SDPA]
+    return [Backend.SDPA]  # CPU: triton runs there only interpreted (slow), so only when asked for
 
 
 def select_backend(
@@ -367,7 +406,7 @@ def attention(
         v: ``[batch, kv_heads, k_len, v_dim]``.
         window: keys visible to each query including its own; ``None`` = full causal.
         scale: softmax temperature; default ``1/sqrt(qk_dim)``.
-        backend: ``auto`` | ``reference`` | ``sdpa`` | ``flex`` | ``flash``.
+        backend: ``auto`` | ``reference`` | ``sdpa`` | ``flex`` | ``flash`` | ``triton``.
         padding: left padding of a batch of different-length rows (batched decoding); such calls run
             the dense reference path, so ``q_len`` must be small (at most ``MAX_PADDED_Q_LEN``).
 

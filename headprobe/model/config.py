@@ -51,6 +51,7 @@ class Backend(Choice, what="attention backend"):
     SDPA = "sdpa"
     FLEX = "flex"
     FLASH = "flash"
+    TRITON = "triton"
 
 
 class ConfigError(ValueError):

@@ -295,7 +295,7 @@ class Transformer(HookedRootModule):
         return [block.attn for block in self.blocks]
 
     def set_attention_backend(self, backend: Backend | str) -> None:
-        """Backend for every attention layer (``auto``, ``sdpa``, ``flex``, ``flash``, ``reference``)."""
+        """Backend for every attention layer (``auto``, ``sdpa``, ``flex``, ``flash``, ``triton``, ``reference``)."""
         self.seam.backend = Backend(backend)
 
     def probe(self, fn: AttentionProbe) -> AbstractContextManager[None]:
