@@ -108,3 +108,49 @@ def test_bad_arguments():
         attention_stats(torch.randn(1, 3, 5, 8), k)
     with pytest.raises(ValueError, match="q_len"):
         attention_stats(torch.randn(1, 2, 6, 8), k)
+
+
+def _triton_runs() -> str | None:
+    from headprobe.model.kernels.runtime import unsupported_device
+
+    return unsupported_device(torch.device("cuda" if torch.cuda.is_available() else "cpu"), torch.float32)
+
+
+fused = pytest.mark.skipif(_triton_runs() is not None, reason=f"the Triton kernel cannot run here: {_triton_runs()}")
+
+
+@fused
+@pytest.mark.parametrize("topk", [4, 0])
+@pytest.mark.parametrize("case", CASES)
+def test_the_fused_triton_kernel_matches_the_dense_reference(case, topk):
+    """One Triton kernel for the whole pass (CPU: Triton's interpreter; GPU: compiled), float32 within 1e-5."""
+    h, hkv, lq, lk, dim, window, rows, spans, _ = case
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q = torch.randn(2, h, lq, dim, dtype=torch.float64)
+    k = torch.randn(2, hkv, lk, dim, dtype=torch.float64)
+    rows_t = torch.arange(lq) if rows is None else torch.tensor(rows)
+    got = attention_stats(q.float().to(device), k.float().to(device), window=window, rows=rows_t.to(device),
+                          spans=spans, topk=topk, tiles="triton").to("cpu")  # fmt: skip
+    want = dense_stats(q, k, window, dim**-0.5, rows_t, spans, 4)
+    for name in ("lse", "entropy", "norm_entropy", "max_prob", "mean_distance", "span_mass"):
+        torch.testing.assert_close(getattr(got, name).double(), want[name], atol=1e-5, rtol=1e-5, msg=name)
+    assert torch.equal(got.argmax, want["argmax"])
+    if topk:
+        kk = min(4, int(got.visible.min()))
+        torch.testing.assert_close(got.topk_prob[..., :kk].double(), want["topk_prob"][..., :kk], atol=1e-5, rtol=0)
+    else:
+        assert got.topk_idx.shape[-1] == 0
+
+
+@fused
+def test_the_fused_kernel_breaks_argmax_ties_to_the_first_key_across_tiles():
+    # every score ties exactly (small integers: any summation order gives the same float); tiles of 32 keys
+    q, k = torch.randint(-3, 4, (1, 1, 70, 16)).float(), torch.ones(1, 1, 70, 16)
+    for window in (None, 40):
+        st = attention_stats(q, k, window=window, topk=0, tiles="triton")
+        assert st.argmax[0, 0].tolist() == [0 if window is None else max(0, p - window + 1) for p in range(70)]
+
+
+def test_the_fused_kernel_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="tiles='triton' cannot run here"):
+        attention_stats(torch.randn(1, 1, 8, 16, dtype=torch.float64), torch.randn(1, 1, 8, 16), tiles="triton")

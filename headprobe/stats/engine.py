@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from headprobe.model.kernels.runtime import unsupported_device
 from headprobe.model.masks import CausalMask
 from headprobe.stats.tiles import NEG, TileKernel, Tiles, tile_kernel
 
@@ -91,10 +92,11 @@ class _Running:
         kpos: Tensor,
         pos: Tensor,
         spans: list[tuple[int, int]],
-        core: TileKernel,
+        core: TileKernel | None,
     ) -> None:
         """Fold in one tile of scores ``s [b, h, r, c]`` (``visible [r, c]``, ``None`` = all) at key
-        positions ``kpos [c]`` for rows at ``pos [r]``; ``core`` is a :mod:`tile kernel <headprobe.stats.tiles>`."""
+        positions ``kpos [c]`` for rows at ``pos [r]``; ``core`` is a :mod:`tile kernel <headprobe.stats.tiles>`
+        (``None``: keep only the top-k)."""
         t0, t1 = int(kpos[0]), int(kpos[-1]) + 1
         if self.topk:
             masked = s if visible is None else s.masked_fill(~visible, -math.inf)
@@ -102,6 +104,8 @@ class _Running:
             top_s, pick = torch.cat([self.top_s, ts], dim=-1).topk(self.topk, dim=-1)
             self.top_i = torch.cat([self.top_i, ti + t0], dim=-1).gather(-1, pick)
             self.top_s = top_s
+        if core is None:  # top-k only (the fused kernel computed the rest)
+            return
         indicator = None
         if spans:
             indicator = torch.stack([(kpos >= a) & (kpos < z) for a, z in spans], dim=-1).to(s.dtype)  # [c, n]
@@ -113,15 +117,19 @@ class _Running:
         self.arg = torch.where(tile_max > self.m, tile_arg + t0, self.arg)
         self.m = new_m
 
-    def finish(self, out: dict[str, Tensor], sel: Tensor) -> None:
-        """Write the block's final statistics into the output tensors at rows ``sel``."""
-        lse = self.m + torch.log(self.l)
-        out["lse"][..., sel] = lse
-        out["entropy"][..., sel] = torch.log(self.l) - self.a / self.l
-        out["max_prob"][..., sel] = 1 / self.l
-        out["argmax"][..., sel] = self.arg
-        out["mean_distance"][..., sel] = self.d / self.l
-        out["span_mass"][:, :, sel] = self.s / self.l[..., None]
+    def finish(self, out: dict[str, Tensor], sel: Tensor, fused: bool = False) -> None:
+        """Write the block's final statistics into the output tensors at rows ``sel`` (``fused``: only the
+        top-k, whose probabilities use the ``lse`` already in ``out``)."""
+        if fused:
+            lse = out["lse"][..., sel]
+        else:
+            lse = self.m + torch.log(self.l)
+            out["lse"][..., sel] = lse
+            out["entropy"][..., sel] = torch.log(self.l) - self.a / self.l
+            out["max_prob"][..., sel] = 1 / self.l
+            out["argmax"][..., sel] = self.arg
+            out["mean_distance"][..., sel] = self.d / self.l
+            out["span_mass"][:, :, sel] = self.s / self.l[..., None]
         if self.topk:
             valid = torch.isfinite(self.top_s)
             prob = torch.exp(self.top_s - lse[..., None])
@@ -154,8 +162,10 @@ def attention_stats(
         topk: how many top keys to keep per row (0 = none).
         chunk: key-tile width (default: sized to keep a score tile near 16 MiB).
         row_block: query rows handled together (default: 1024, or about the window for sliding layers).
-        tiles: the tile kernel (:mod:`headprobe.stats.tiles`): ``eager``, ``compiled``, or ``auto``
-            (compiled when ``rows x k_len`` is at least ``COMPILE_THRESHOLD``).
+        tiles: the tile kernel (:mod:`headprobe.stats.tiles`): ``eager``, ``compiled``, ``auto``
+            (compiled when ``rows x k_len`` is at least ``COMPILE_THRESHOLD``), or ``triton`` (the whole
+            pass in one fused kernel, :mod:`headprobe.stats.triton_stats`; top-k, when asked for, in a
+            second pass of the tiles above).
 
     Returns:
         :class:`AttentionStats`; computed in float32 (float64 inputs stay float64).
@@ -164,25 +174,37 @@ def attention_stats(
     _, h, q_len, dim = q.shape
     k_len = k.shape[2]
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    fused = Tiles(tiles) is Tiles.TRITON
+    if fused:
+        why = unsupported_device(q.device, q.dtype)
+        if why is not None:
+            raise ValueError(f"tiles='triton' cannot run here: {why}; or use tiles='auto'")
+    scale = dim**-0.5 if scale is None else scale
     pass_ = _Pass(
         q=q,
         k=k,
         mask=CausalMask(window),
-        scale=dim**-0.5 if scale is None else scale,
+        scale=scale,
         work=work,
         spans=spans,
         topk=int(topk),
         chunk=chunk or _default_chunk(h, min(len(rows), row_block or 1024), q.device),
-        core=tile_kernel(tiles, len(rows) * k_len),
+        core=None if fused else tile_kernel(tiles, len(rows) * k_len),
     )
     out = pass_.outputs(len(rows))
+    if fused:
+        from headprobe.stats.triton_stats import fused_stats
+
+        for name, value in fused_stats(q, k, window, scale, rows, spans).items():
+            out[name] = value if name == "argmax" else value.to(work)
+
     positions = rows + (k_len - q_len)
     order = torch.argsort(positions)  # blocks of nearby rows share key tiles
     if row_block is None:  # sliding windows: blocks of about half a window (measured best on CPU)
         row_block = 1024 if window is None else max(128, min(1024, window // 2))
-    for block_start in range(0, len(rows), row_block):
+    for block_start in range(0, len(rows) if not fused or topk else 0, row_block):
         sel = order[block_start : block_start + row_block]
-        pass_.block(rows[sel], positions[sel]).finish(out, sel)
+        pass_.block(rows[sel], positions[sel]).finish(out, sel, fused)
     n_visible = torch.minimum(positions + 1, torch.full_like(positions, window)) if window else positions + 1
     norm = _normalised(out["entropy"], n_visible)
     return AttentionStats(positions=positions, norm_entropy=norm, visible=n_visible, **out)
@@ -228,7 +250,7 @@ class _Pass:
     spans: list[tuple[int, int]]
     topk: int
     chunk: int
-    core: TileKernel
+    core: TileKernel | None  # None: the tiles keep only the top-k (:func:`attention_stats` with triton)
 
     def outputs(self, n: int) -> dict[str, Tensor]:
         """Empty per-row output tensors for ``n`` rows."""

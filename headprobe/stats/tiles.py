@@ -7,10 +7,13 @@ Every kernel computes the same function (:func:`tile_update`); the engine
 eager      plain PyTorch ops, one temporary per op; fastest for short inputs (no compile time)
 compiled   the same code fused by ``torch.compile`` (dynamic shapes): 5-6x faster tiles on CPU, costs
            seconds to compile once per process; the default once ``rows x keys >= COMPILE_THRESHOLD``
+triton     not a tile function: the whole pass over every key tile fused in one Triton kernel
+           (:mod:`headprobe.stats.triton_stats`; CUDA, or CPU float32 under Triton's interpreter), the
+           engine running the tiles only for top-k
 =========  ==========================================================================================
 
-A new kernel (a Triton one, say) is a new entry of :data:`TILE_KERNELS` with the same signature; the
-tests hold every entry to a dense float64 reference.
+A new tile function is a new entry of :data:`TILE_KERNELS` with the same signature; the tests hold every
+entry, and the fused kernel, to a dense float64 reference.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class Tiles(Choice, what="tile kernel"):
     AUTO = "auto"
     EAGER = "eager"
     COMPILED = "compiled"
+    TRITON = "triton"  # the fused whole-pass kernel; handled by the engine, not a tile function
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,6 +91,8 @@ def tile_kernel(name: Tiles | str, work: int) -> TileKernel:
     """The kernel called ``name``; ``auto`` compiles when ``work`` (rows x keys) reaches ``COMPILE_THRESHOLD``
     (compiling costs seconds once; it pays off on long inputs)."""
     name = Tiles(name)
+    if name is Tiles.TRITON:
+        raise ValueError("tiles='triton' is a fused whole pass, not a tile function: call attention_stats")
     if name is Tiles.AUTO:
         name = Tiles.COMPILED if work >= COMPILE_THRESHOLD else Tiles.EAGER
     return TILE_KERNELS[name]()
