@@ -5,11 +5,13 @@ One program per (block of analysed query rows, batch x head) keeps its rows' que
 tiles they can see (only the band of a sliding window), keeping the online-softmax accumulators of
 :mod:`headprobe.stats.engine` in registers: running max ``m``, ``l = sum e^(s-m)``, the relative
 ``A = sum e^(s-m) (s-m)``, ``D = sum e^(s-m) (i-j)``, one ``S`` per key span, and the first argmax.
-Scores never leave the chip (they are computed in the inputs' precision with float32 accumulation: exact
-float32 for float32 inputs, tensor-core products for bfloat16 ones); the result per row is ``lse, entropy, max_prob, argmax, mean_distance``
-and the span masses. Top-k keys are a second pass (:func:`headprobe.stats.engine.attention_stats`).
+Scores never leave the chip (they are computed in the inputs' precision with float32 accumulation:
+exact float32 for float32 inputs, tensor-core products for bfloat16 ones); the result per row is ``lse,
+entropy, max_prob, argmax, mean_distance`` and the span masses. Top-k keys are a second pass
+(:func:`headprobe.stats.engine.attention_stats`).
 
-CUDA tensors compile; CPU float32 tensors run in Triton's interpreter (:mod:`headprobe.model.kernels.runtime`).
+CUDA tensors compile; CPU float32 tensors run in Triton's interpreter
+(:mod:`headprobe.model.kernels.runtime`).
 No ``from __future__ import annotations`` here: Triton reads the ``tl.constexpr`` annotations.
 """
 
