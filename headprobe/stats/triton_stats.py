@@ -30,7 +30,7 @@ def _stats(
     Q, K, ROWS, POS, SPAN_LO, SPAN_HI,
     LSE, ENTROPY, MAX_PROB, ARGMAX, DISTANCE, SPAN_MASS,
     scale, q_len, k_len, n_rows, n_spans,
-    HEADS: tl.constexpr, GROUPS: tl.constexpr, WINDOW: tl.constexpr, DIM: tl.constexpr, PAD: tl.constexpr,
+    HEADS, GROUPS, WINDOW, DIM, WINDOWED: tl.constexpr, PAD: tl.constexpr,
     SPAN_PAD: tl.constexpr, HAS_SPANS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -56,7 +56,7 @@ def _stats(
     first = tl.min(tl.where(inside, pos, k_len), 0)
     last = tl.max(tl.where(inside, pos, 0), 0)
     lo = 0
-    if WINDOW > 0:
+    if WINDOWED:
         lo = tl.maximum(first - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
     for start in range(lo, last + 1, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
@@ -64,7 +64,7 @@ def _stats(
                     mask=(cols[:, None] < k_len) & (d[None, :] < DIM), other=0.0)  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # float32 accumulation
         seen = (cols[None, :] <= pos[:, None]) & (cols[None, :] < k_len) & inside[:, None]
-        if WINDOW > 0:
+        if WINDOWED:
             seen = seen & (pos[:, None] - cols[None, :] < WINDOW)
         s = tl.where(seen, s, NEG)
         tile_max, tile_arg = tl.max(s, 1, return_indices=True, return_indices_tie_break_left=True)
@@ -126,7 +126,8 @@ def fused_stats(
         q.contiguous(), k.contiguous(), rows[order].contiguous(), positions[order].contiguous(), lo, hi,
         out["lse"], out["entropy"], out["max_prob"], out["argmax"], out["mean_distance"], out["span_mass"],
         float(scale), q_len, k_len, n, len(spans),
-        HEADS=h, GROUPS=h // k.shape[1], WINDOW=window or 0, DIM=dim, PAD=max(16, triton.next_power_of_2(dim)),
+        HEADS=h, GROUPS=h // k.shape[1], WINDOW=window or 0, DIM=dim, WINDOWED=window is not None,
+        PAD=max(16, triton.next_power_of_2(dim)),
         SPAN_PAD=max(16, triton.next_power_of_2(max(1, len(spans)))), HAS_SPANS=bool(spans),
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )  # fmt: skip

@@ -78,20 +78,20 @@ def tiles(qk_dim: int, v_dim: int, device_type: str) -> Tiles:
 # kernels (compiled for CUDA, or interpreted on CPU: :mod:`headprobe.model.kernels.runtime`)
 # ---------------------------------------------------------------------------------------------
 @triton.jit
-def _band(first, last, k_len, WINDOW: tl.constexpr, BLOCK_N: tl.constexpr):
+def _band(first, last, k_len, WINDOW, WINDOWED: tl.constexpr, BLOCK_N: tl.constexpr):
     """Key tiles ``[lo, hi)`` seen by query positions ``first .. last`` (inclusive), ``lo`` on a tile edge."""
     lo = 0
-    if WINDOW > 0:
+    if WINDOWED:
         lo = tl.maximum(first - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(last + 1, k_len)
     return lo, hi
 
 
 @triton.jit
-def _visible(pos, cols, k_len, WINDOW: tl.constexpr):
+def _visible(pos, cols, k_len, WINDOW, WINDOWED: tl.constexpr):
     """``[rows, cols]``: may the query at ``pos`` see key ``cols`` (causal, window, inside the keys)."""
     seen = (cols[None, :] <= pos[:, None]) & (cols[None, :] < k_len)
-    if WINDOW > 0:
+    if WINDOWED:
         seen = seen & (pos[:, None] - cols[None, :] < WINDOW)
     return seen
 
@@ -99,8 +99,7 @@ def _visible(pos, cols, k_len, WINDOW: tl.constexpr):
 @triton.jit
 def _fwd(
     Q, K, V, O, LSE, scale, q_len, k_len,
-    HEADS: tl.constexpr, GROUPS: tl.constexpr, WINDOW: tl.constexpr,
-    QK_DIM: tl.constexpr, V_DIM: tl.constexpr, QK_PAD: tl.constexpr, V_PAD: tl.constexpr,
+    HEADS, GROUPS, WINDOW, QK_DIM, V_DIM, WINDOWED: tl.constexpr, QK_PAD: tl.constexpr, V_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -118,7 +117,7 @@ def _fwd(
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, V_PAD], tl.float32)
-    lo, hi = _band(offset + pid_m * BLOCK_M, offset + pid_m * BLOCK_M + BLOCK_M - 1, k_len, WINDOW, BLOCK_N)
+    lo, hi = _band(offset + pid_m * BLOCK_M, offset + pid_m * BLOCK_M + BLOCK_M - 1, k_len, WINDOW, WINDOWED, BLOCK_N)
     for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(
@@ -127,7 +126,7 @@ def _fwd(
             other=0.0,
         )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        s = tl.where(_visible(pos, cols, k_len, WINDOW), s, float("-inf"))
+        s = tl.where(_visible(pos, cols, k_len, WINDOW, WINDOWED), s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         base = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that see nothing yet stay at zero
         p = tl.exp(s - base[:, None])
@@ -153,8 +152,7 @@ def _fwd(
 @triton.jit
 def _bwd_dkdv(
     Q, K, V, DO, LSE, DELTA, DK, DV, scale, q_len, k_len,
-    HEADS: tl.constexpr, GROUPS: tl.constexpr, WINDOW: tl.constexpr,
-    QK_DIM: tl.constexpr, V_DIM: tl.constexpr, QK_PAD: tl.constexpr, V_PAD: tl.constexpr,
+    HEADS, GROUPS, WINDOW, QK_DIM, V_DIM, WINDOWED: tl.constexpr, QK_PAD: tl.constexpr, V_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
@@ -173,7 +171,7 @@ def _bwd_dkdv(
     # cols[-1] + W - 1 (window), as row indices
     lo = tl.maximum(pid_n * BLOCK_N - offset, 0) // BLOCK_M * BLOCK_M
     hi = q_len
-    if WINDOW > 0:
+    if WINDOWED:
         hi = tl.minimum(q_len, pid_n * BLOCK_N + BLOCK_N - 1 + WINDOW - offset)
     for g in range(GROUPS):
         bh = (bkv // kv_heads) * HEADS + (bkv % kv_heads) * GROUPS + g
@@ -194,7 +192,7 @@ def _bwd_dkdv(
             lse = tl.load(LSE + bh * q_len + rows, mask=inside, other=0.0)
             delta = tl.load(DELTA + bh * q_len + rows, mask=inside, other=0.0)
             s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-            seen = _visible(pos, cols, k_len, WINDOW) & inside[:, None]
+            seen = _visible(pos, cols, k_len, WINDOW, WINDOWED) & inside[:, None]
             p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)
             dvacc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
             dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
@@ -209,8 +207,7 @@ def _bwd_dkdv(
 @triton.jit
 def _bwd_dq(
     Q, K, V, DO, LSE, DELTA, DQ, scale, q_len, k_len,
-    HEADS: tl.constexpr, GROUPS: tl.constexpr, WINDOW: tl.constexpr,
-    QK_DIM: tl.constexpr, V_DIM: tl.constexpr, QK_PAD: tl.constexpr, V_PAD: tl.constexpr,
+    HEADS, GROUPS, WINDOW, QK_DIM, V_DIM, WINDOWED: tl.constexpr, QK_PAD: tl.constexpr, V_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -228,7 +225,7 @@ def _bwd_dq(
     lse = tl.load(LSE + bh * q_len + rows, mask=inside, other=0.0)
     delta = tl.load(DELTA + bh * q_len + rows, mask=inside, other=0.0)
     acc = tl.zeros([BLOCK_M, QK_PAD], tl.float32)
-    lo, hi = _band(offset + pid_m * BLOCK_M, offset + pid_m * BLOCK_M + BLOCK_M - 1, k_len, WINDOW, BLOCK_N)
+    lo, hi = _band(offset + pid_m * BLOCK_M, offset + pid_m * BLOCK_M + BLOCK_M - 1, k_len, WINDOW, WINDOWED, BLOCK_N)
     for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(K + kv * k_len * QK_DIM + cols[:, None] * QK_DIM + dq[None, :],
@@ -236,7 +233,7 @@ def _bwd_dq(
         v = tl.load(V + kv * k_len * V_DIM + cols[:, None] * V_DIM + dv[None, :],
                     mask=(cols[:, None] < k_len) & (dv[None, :] < V_DIM), other=0.0)  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        seen = _visible(pos, cols, k_len, WINDOW) & inside[:, None]
+        seen = _visible(pos, cols, k_len, WINDOW, WINDOWED) & inside[:, None]
         p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
@@ -249,7 +246,9 @@ def _bwd_dq(
 # launches and autograd
 # ---------------------------------------------------------------------------------------------
 def _common(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> dict[str, object]:
-    """The constexpr arguments every kernel of one call shares."""
+    """The shape arguments every kernel of one call shares. Only the tile sizes, padded widths, whether
+    there is a window and the dot precision are compile-time constants (``tl.constexpr``): one compiled
+    kernel serves every length, head count and window width of a head shape."""
     t = tiles(q.shape[-1], v.shape[-1], q.device.type)
     return dict(
         HEADS=q.shape[1],
@@ -257,6 +256,7 @@ def _common(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> dict[str, ob
         WINDOW=window or 0,
         QK_DIM=q.shape[-1],
         V_DIM=v.shape[-1],
+        WINDOWED=window is not None,
         QK_PAD=t.qk_pad,
         V_PAD=t.v_pad,
         BLOCK_M=t.block_m,
