@@ -12,7 +12,7 @@ EXTRAS      ?= dev
 PYTEST_ARGS ?=
 STAMP       := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo study test lint bench clean
+.PHONY: setup demo study test lint bench gpu-check clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,9 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+gpu-check: $(STAMP)  # on a machine with one CUDA GPU: every CUDA test, then kernel and training benchmarks (~10 min)
+	$(BIN)/python benchmarks/gpu_check.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention.py

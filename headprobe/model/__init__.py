@@ -1,6 +1,8 @@
 """The head-shape model family: configuration, presets, the Transformer, attention, checkpoints, costs.
 
-This package imports nothing else of headprobe; the trainer, the probes and the analyses build on it.
+This package imports nothing else of headprobe but the dependency-free ``headprobe.cleanup`` (what an
+interrupted process must undo, used by ``atomic.folder_lock``); the trainer, the probes and the
+analyses build on it.
 
 ==============  ===================================================================================
 config          ``AttentionConfig``, ``ModelConfig``, ``LayerType``, ``LayerInfo`` (plain dataclasses)
@@ -8,13 +10,14 @@ presets         ``preset(name)``, ``list_presets()``: the study's grids and the 
 transformer     ``Transformer``: the decoder-only LM with TransformerLens hook points
 seam            ``AttentionCall``, ``Seam``: the one place every attention call passes by
 attention       exact causal / sliding-window attention backends (reference, sdpa, flex, flash, triton)
+kernels         our Triton kernels (attention for any head shape) and where they run
 masks           the one window convention (``CausalMask``) and left padding (``KeyPadding``)
 rope            partial rotary position embedding
 kv_cache        the decoding cache (sliding layers keep ``window - 1`` keys)
 tokenizer       the byte tokenizer and local ``tokenizer.json`` files
 checkpoint      checkpoint folders (``save_checkpoint``, ``load_checkpoint``)
 budget          the only parameter / FLOP / KV-cache / memory formulas
-atomic          atomic file and folder writes
+atomic          atomic file and folder writes; one run per output folder (``folder_lock``)
 ==============  ===================================================================================
 """
 
