@@ -23,10 +23,12 @@ Algorithm (FlashAttention-2):
   matrix is stored; float32 accumulation throughout.
 
 Tile sizes per shape are in :func:`tiles` (docs/attention.md gives the reasoning); on CUDA the
-forward kernel's tiles are also autotuned among a few candidates, keyed on the shape.
+forward kernel's tiles are autotuned among the candidates near that rule, once per head shape
+(``HEADPROBE_TRITON_AUTOTUNE=0`` keeps the fixed ones).
 """
 
 import functools
+import os
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +36,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+TUNED = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")  # what the CUDA forward's autotuner chooses
 MAX_DIM = 1024  # widest qk_dim / v_dim: a 1024-wide tile pair still fits sm80/sm90 shared memory at 16 rows
 
 
@@ -242,6 +245,30 @@ def _bwd_dq(
              mask=q_mask)  # fmt: skip
 
 
+def _candidates() -> list:
+    """Forward tile candidates the CUDA autotuner times once per head shape (the first call of a shape
+    pays for it); configurations that do not fit shared memory are skipped by Triton."""
+    out = []
+    for block_m, block_n in ((128, 64), (64, 64), (64, 32), (32, 32), (32, 16), (16, 16)):
+        for warps in (4, 8):
+            out.append(triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=2))
+    return out
+
+
+def _prune(configs: list, named_args: dict, **kwargs: object) -> list:
+    """Keep the candidates whose tiles fit the shape's width (the :func:`tiles` rule, one step either side)."""
+    given = {**named_args, **kwargs}  # Triton passes positional arguments as named_args, keywords apart
+    widest = max(given["QK_PAD"], given["V_PAD"])
+    rows = {128: 128, 256: 64, 512: 32}.get(widest, 16 if widest > 512 else 128)
+    return [c for c in configs if c.kwargs["BLOCK_M"] <= rows and c.kwargs["BLOCK_M"] * 4 >= rows] or configs[-2:]
+
+
+_fwd_tuned = triton.autotune(
+    configs=_candidates(), key=["QK_PAD", "V_PAD", "WINDOWED"], prune_configs_by={"early_config_prune": _prune}
+)(_fwd)
+AUTOTUNE = os.environ.get("HEADPROBE_TRITON_AUTOTUNE", "1") != "0"  # 0: the fixed tiles() on CUDA too
+
+
 # ---------------------------------------------------------------------------------------------
 # launches and autograd
 # ---------------------------------------------------------------------------------------------
@@ -273,6 +300,12 @@ def forward(q: Tensor, k: Tensor, v: Tensor, window: int | None, scale: float) -
     out = torch.empty(b, h, q_len, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(b, h, q_len, dtype=torch.float32, device=q.device)
     c = _common(q, k, v, window)
+    if q.device.type == "cuda" and AUTOTUNE:
+        fixed = {name: value for name, value in c.items() if name not in TUNED}
+        _fwd_tuned[lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), b * h)](
+            q, k, v, out, lse, scale, q_len, k_len, **fixed
+        )
+        return out, lse
     grid = (triton.cdiv(q_len, c["BLOCK_M"]), b * h)
     _fwd[grid](q, k, v, out, lse, scale, q_len, k_len, **c)
     return out, lse
