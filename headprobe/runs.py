@@ -25,6 +25,7 @@ import torch
 from headprobe.model.atomic import atomic_write_text, folder_lock
 from headprobe.model.budget import MemoryEstimate
 from headprobe.probe.errors import ModelLoadError
+from headprobe.ranks import Ranks
 from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
 
 T = TypeVar("T")
@@ -175,12 +176,15 @@ class RunReport(Generic[T]):
         errors: the failed checkpoints' messages by name.
         checkpoints: every checkpoint's path by name.
         out: the results folder; :meth:`table` reads one table over every model in it.
+        primary: whether this process wrote the results (``False`` on the other processes of a
+            ``torchrun`` launch, whose ``results`` are placeholders; :mod:`headprobe.ranks`).
     """
 
     results: dict[str, T] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
     out: Path | None = None
+    primary: bool = True  # False on a torchrun launch's other processes (:mod:`headprobe.ranks`)
 
     def table(self, name: str) -> pd.DataFrame:
         """Table ``name`` of every model of this run (:func:`headprobe.results.collect`)."""
@@ -215,19 +219,22 @@ def run_models(
     job: Callable[[Path, Path, str], T],
     progress: Progress,
     record: tuple[str, dict[str, Any]],
+    ranks: Ranks | None = None,
 ) -> RunReport[T]:
     """``job(path, folder, name)`` for every checkpoint: one checkpoint writes into ``out`` itself and its
     failure is the run's; several write into ``out/<name>/`` each, a failure recorded and the others run.
     ``record`` is the job's name and settings for ``OUT/run.json`` (written when anything succeeded). The
-    run holds ``out`` (:func:`folder_lock`) throughout."""
-    names = unique_names(checkpoints)
-    with folder_lock(out):
+    run holds ``out`` (:func:`folder_lock`) throughout; with ``ranks`` of several processes, the first
+    holds it and writes the record."""
+    names, ranks = unique_names(checkpoints), ranks or Ranks()
+    with ranks.held_by_main(folder_lock(out)):
         if len(checkpoints) == 1:
             report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
             report.results[names[0]] = job(Path(checkpoints[0]), out, names[0])
         else:
             report = run_each(checkpoints, lambda path, name: job(path, out / name, name), progress, out)
-        if report.results:
+        report.primary = ranks.is_main
+        if report.results and ranks.is_main:
             write_run_record(out, record[0], record[1], report)
     return report
 

@@ -31,6 +31,7 @@ from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
 from headprobe.model.atomic import folder_lock
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.ranks import Ranks
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
     Parts,
@@ -88,15 +89,20 @@ def analyze_checkpoint(
     device: str = "cpu",
     memory_limit: int | None = None,
     progress: Progress | None = None,
+    ranks: Ranks | None = None,
 ) -> pd.DataFrame:
-    """Every item of one checkpoint (skipping finished ones); returns its ``analysis_summary``."""
-    progress = progress or Silent()
+    """Every item of one checkpoint (skipping finished ones); returns its ``analysis_summary``.
+
+    With ``ranks`` of several processes (``torchrun``), each computes its share of the items and the
+    first merges them; the others return an empty frame."""
+    progress, ranks = progress or Silent(), ranks or Ranks()
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)  # before anything heavy loads
     if warning:
         progress.log(f"{name}: {warning}")
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype))
     check_inputs(model, name, s, memory_limit or available_memory(torch.device(device)))
     folder, parts, metrics = out / name, Parts(out / name), s.chosen()
+    plan = []  # (length, metrics computed together, resume keys): decided before any part is written
     for length in s.lengths:
         keys = {m.name: s.key(m, length, path, model.prompt_start) for m in metrics}
         todo = [m for m in metrics if not all(parts.done(t.table, str(length), keys[m.name]) for t in m.tables)]
@@ -104,14 +110,31 @@ def analyze_checkpoint(
             if m not in todo:
                 progress.log(f"{name} {m.name} @ {length}: done earlier, skipped")
                 progress.advance()
-        for group in _groups(todo):  # each group's parts are written as soon as it is done
+        plan += [(length, group, keys) for group in _groups(todo)]
+    ranks.barrier()  # every process has the same plan before any of them writes a part
+    failed = None
+    try:
+        for index, (length, group, keys) in enumerate(plan):
+            if not ranks.mine(index):  # another process's item
+                continue
             progress.describe(f"{name} {', '.join(m.name for m in group)} @ {length:,}")
             frames = _compute(model, length, s, group)
-            for m in group:
+            ranks.did(f"{name} {'+'.join(m.name for m in group)} @ {length}")
+            for m in group:  # each group's parts are written as soon as it is done
                 for schema in m.tables:
                     meta = table_meta(schema.table, name, path, s.to_dict(), key=keys[m.name])
                     parts.write(schema, str(length), frames[schema.table].assign(model=name), meta)
                 progress.advance()
+    except CHECKPOINT_ERRORS as err:
+        failed = err
+    message = ranks.first_error(failed)  # every process learns whether one of them failed
+    if failed is not None:
+        raise failed
+    if message is not None:
+        raise AnalysisError(message)
+    if not ranks.is_main:
+        return pd.DataFrame()
+    progress.advance(sum(len(group) for i, (_, group, _) in enumerate(plan) if not ranks.mine(i)))
     schemas = [schema for m in metrics for schema in m.tables]
     tables = {t.table: parts.gather(t.table, [str(n) for n in s.lengths]) for t in schemas}
     summary = summarize(name, tables, metrics)
@@ -140,21 +163,24 @@ def analyze(
     settings.validate()
     for path in checkpoints:  # lengths beyond training fail the whole run before any model loads
         check_trained_lengths(path, settings.lengths, settings.allow_beyond_trained)
-    out, progress = Path(out), progress or Silent()
+    ranks = Ranks.from_env()  # several processes under torchrun: each takes its share of the items
+    device = ranks.device(device)
+    out, progress = Path(out), (progress or Silent()) if ranks.is_main else Silent()
     per_checkpoint = len(settings.metrics) * len(settings.lengths)
     progress.start(per_checkpoint * len(checkpoints), "analyze")
 
     def job(path: Path, name: str) -> pd.DataFrame:
         counted = _Counted(progress)
         try:
-            return analyze_checkpoint(path, name, out, settings, device, memory_limit, counted)
+            return analyze_checkpoint(path, name, out, settings, device, memory_limit, counted, ranks)
         except CHECKPOINT_ERRORS:
             progress.advance(per_checkpoint - counted.n)  # the bar still ends full
             raise
 
-    with folder_lock(out):
+    with ranks.held_by_main(folder_lock(out)):
         report = run_each(checkpoints, job, progress, out)
-        if report.results:  # nothing is written when every checkpoint failed
+        report.primary = ranks.is_main
+        if report.results and ranks.is_main:  # nothing is written when every checkpoint failed
             write_run_record(out, "analyze", settings.to_dict(), report)
     return report
 

@@ -79,6 +79,8 @@ def analyze(
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
         except (FolderBusy, BeyondTrainedError) as err:  # refused before any model loads
             raise fail(err, ctx) from None
+    if not report.primary:  # another process of a torchrun launch: the first one reports
+        return
     for name, summary in report.results.items():
         typer.echo(f"{name}: {out / name}")
         for (metric, length), part in summary.groupby(["metric", "length"], sort=False):

@@ -144,6 +144,8 @@ def ruler_eval(
             )
     except (RulerError, ModelLoadError, DoesNotFit, FolderBusy, ValueError) as err:
         raise fail(err, ctx) from None
+    if not report.primary:  # another process of a torchrun launch: the first one reports
+        return
     console = wide_console()
     for name, scores in report.results.items():
         console.print(score_table(scores), f"{name}: {out if len(checkpoints) == 1 else out / name}")

@@ -32,7 +32,9 @@ from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate,
 from headprobe.evals.ruler.tasks import TASKS, Task, resolve_tasks
 from headprobe.evals.ruler.templates import resolve_wrapper
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.ranks import Ranks
 from headprobe.runs import (
+    CHECKPOINT_ERRORS,
     DoesNotFit,
     Progress,
     RunReport,
@@ -259,12 +261,14 @@ def evaluate(
     progress: Progress | None = None,
     batch_size: int | None = None,
     name: str | None = None,
+    ranks: Ranks | None = None,
 ) -> pd.DataFrame:
     """Generate (or read) the samples, decode greedily, score; returns the model's ``ruler_scores``.
 
     ``batch_size`` samples decode together (``None``: as many as the memory allows, see
-    :func:`decode_batch_size`)."""
-    progress, out = progress or Silent(), Path(out)
+    :func:`decode_batch_size`). With ``ranks`` of several processes (``torchrun``) each decodes its share
+    of the (task, length) groups and the first scores them all; the others return an empty frame."""
+    progress, out, ranks = progress or Silent(), Path(out), ranks or Ranks()
     name = name or checkpoint_name(checkpoint)
     run = settings.resolve()
     settings, tasks, lengths = run.settings, run.tasks, run.settings.lengths or []
@@ -279,8 +283,9 @@ def evaluate(
     store = Predictions(out)
     key = settings.key(checkpoint, model.prompt_start)
     store.check(key)  # before generating: a refusal costs nothing
-    samples = load_samples(model, checkpoint, run)
-    store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
+    samples = load_samples(model, checkpoint, run)  # every process generates the same samples
+    if ranks.is_main:
+        store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
     skipped = skipped_tasks(samples, {t.name for t in tasks})
     for line in skip_warnings(skipped):
         progress.log(f"{name}: {line}")
@@ -288,8 +293,22 @@ def evaluate(
     for x in samples:
         groups.setdefault((x["task"], x["length"]), []).append(x)
     progress.start(len(samples), name)
-    for (task, length), group in groups.items():
-        decode_group(model, task, group, batch[length], store, progress)
+    failed = None
+    try:
+        for index, ((task, length), group) in enumerate(groups.items()):
+            if ranks.mine(index):  # another process decodes the others
+                decode_group(model, task, group, batch[length], store, progress)
+                ranks.did(f"{name} {task} @ {length}")
+    except CHECKPOINT_ERRORS as err:
+        failed = err
+    message = ranks.first_error(failed)  # every process learns whether one of them failed
+    if failed is not None:
+        raise failed
+    if message is not None:
+        raise RulerError(message)
+    if not ranks.is_main:
+        return pd.DataFrame()
+    progress.advance(sum(len(g) for i, g in enumerate(groups.values()) if not ranks.mine(i)))
     rows = {f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups}
     table = score_rows(name, tasks, rows)
     scores = aggregate(table, tasks, skipped)
@@ -311,8 +330,13 @@ def evaluate_many(
     for path in checkpoints:
         check_trained_lengths(path, settings.lengths or [], settings.allow_beyond_trained)
 
+    ranks = Ranks.from_env()  # several processes under torchrun: each decodes its share
+    kwargs["device"] = ranks.device(kwargs.get("device", "cpu"))
+    if not ranks.is_main:
+        kwargs["progress"] = Silent()
+
     def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
-        return evaluate(path, folder, settings, name=name, **kwargs)
+        return evaluate(path, folder, settings, name=name, ranks=ranks, **kwargs)
 
     progress = kwargs.get("progress") or Silent()
-    return run_models(checkpoints, Path(out), job, progress, ("ruler eval", settings.to_dict()))
+    return run_models(checkpoints, Path(out), job, progress, ("ruler eval", settings.to_dict()), ranks)

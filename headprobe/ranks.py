@@ -1,0 +1,117 @@
+"""Splitting ``analyze`` and ``ruler eval`` over processes started by ``torchrun``.
+
+``torchrun --nproc_per_node=N -m headprobe analyze ...`` starts N copies of the command with the usual
+environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``...). Every process loads each
+checkpoint (on its own GPU, ``cuda:LOCAL_RANK``), all of them agree on the list of work items before any
+is done, each computes the items whose index modulo N is its rank and writes them as the job's usual
+resumable parts, and the first process, after a barrier, merges the parts into the same result files a
+single process writes. A plain run is a world of one and touches none of this.
+
+Processes talk over gloo (CPU sockets) whatever the device: they exchange only small Python objects
+(a lock's outcome, an error message), never tensors. ``HEADPROBE_LOG_ITEMS=FILE`` makes every process
+append one line ``RANK ITEM`` per item it computed (to see how the work was shared).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+ITEM_LOG = "HEADPROBE_LOG_ITEMS"
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among the job's processes.
+
+    Attributes:
+        rank: global process index (0 writes the merged results).
+        size: number of processes.
+        local_rank: index on this node (picks the GPU).
+    """
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> Ranks:
+        """The launch's ranks (one process when not started by ``torchrun``); starts the gloo group."""
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        ranks = cls(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
+        if size > 1:
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                dist.init_process_group("gloo")
+        return ranks
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    def mine(self, index: int) -> bool:
+        """Whether work item ``index`` (numbered alike on every process) is this process's."""
+        return index % self.size == self.rank
+
+    def device(self, device: str) -> str:
+        """``device`` for this process: ``cuda`` becomes ``cuda:LOCAL_RANK`` when several share a node."""
+        if self.distributed and device == "cuda":
+            return f"cuda:{self.local_rank}"
+        return device
+
+    def did(self, item: str) -> None:
+        """Record that this process computed ``item`` (in ``$HEADPROBE_LOG_ITEMS``, when set)."""
+        log = os.environ.get(ITEM_LOG)
+        if log:
+            with open(log, "a", encoding="utf-8") as f:  # one short line per write: appends do not interleave
+                f.write(f"{self.rank} {item}\n")
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def gather(self, value: Any) -> list[Any]:
+        """``value`` of every process, in rank order (just ``[value]`` alone)."""
+        if not self.distributed:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, value)
+        return out
+
+    def first_error(self, error: BaseException | None) -> str | None:
+        """The first process's error message among all (every process learns that one failed)."""
+        messages = self.gather(None if error is None else str(error))
+        return next((m for m in messages if m is not None), None)
+
+    @contextlib.contextmanager
+    def held_by_main(self, hold: contextlib.AbstractContextManager[Any]) -> Iterator[None]:
+        """Enter ``hold`` (e.g. the output folder's lock) on the first process only; every process raises
+        the same error when it failed there."""
+        if not self.distributed:
+            with hold:
+                yield
+            return
+        error = None
+        with contextlib.ExitStack() as stack:
+            if self.is_main:
+                try:
+                    stack.enter_context(hold)
+                except Exception as err:
+                    error = err
+            refused = self.gather(None if error is None else (type(error), str(error)))[0]
+            if refused is not None:
+                raise error if error is not None else refused[0](refused[1])
+            yield
+            self.barrier()  # the lock is released only once every process is done

@@ -1,0 +1,85 @@
+"""``torchrun --nproc_per_node=2 -m headprobe analyze|ruler eval``: two gloo processes on the CPU split the
+work items and write exactly the tables one process writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from headprobe.model.checkpoint import save_checkpoint
+from headprobe.model.transformer import Transformer
+from headprobe.results import read_table
+from headprobe.testing import tiny_config
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("ckpts")
+    out = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        out.append(save_checkpoint(Transformer(tiny_config(vocab_size=264)), root / f"m{seed}"))
+    return out
+
+
+def run(args: list[str], distributed: bool, log: Path) -> None:
+    cmd = [*(TORCHRUN if distributed else [sys.executable]), "-m", "headprobe", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HEADPROBE_LOG_ITEMS": str(log)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+def tables(folder: Path) -> dict[str, pd.DataFrame]:
+    """Every result table below ``folder`` (not the resumable parts), by relative path."""
+    return {
+        str(p.relative_to(folder)): read_table(p).frame
+        for p in sorted(folder.rglob("*.parquet"))
+        if "parts" not in p.parts
+    }
+
+
+def same_tables(one: Path, two: Path) -> None:
+    a, b = tables(one), tables(two)
+    assert a.keys() == b.keys() and len(a) >= 2, (sorted(a), sorted(b))
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True, obj=name)
+        assert a[name].to_csv().encode() == b[name].to_csv().encode(), name  # byte for byte, as text
+
+
+def split(log: Path) -> dict[str, set[str]]:
+    """Which process did which item (each process appends ``rank item`` lines)."""
+    by: dict[str, set[str]] = {}
+    for line in log.read_text().splitlines():
+        rank, item = line.split(" ", 1)
+        by.setdefault(rank, set()).add(item)
+    return by
+
+
+def test_analyze_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    args = ["analyze", *map(str, checkpoints), "--metrics", "entropy,erank,retrieval", "--lengths", "256,384",
+            "--samples", "2", "--no-progress"]  # fmt: skip
+    run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
+    run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
+    same_tables(tmp_path / "one", tmp_path / "two")
+    by = split(tmp_path / "two.log")
+    assert set(by) == {"0", "1"} and not by["0"] & by["1"]  # both worked, no item twice
+    assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]  # together: every item one process does
+
+
+def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    args = ["ruler", "eval", *map(str, checkpoints), "--tasks", "niah_single_1,niah_single_2,niah_multikey_1",
+            "--lengths", "512", "--samples", "2", "--no-progress"]  # fmt: skip
+    run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
+    run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
+    same_tables(tmp_path / "one", tmp_path / "two")
+    by = split(tmp_path / "two.log")
+    assert set(by) == {"0", "1"} and not by["0"] & by["1"]
+    assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]
