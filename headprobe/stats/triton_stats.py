@@ -77,7 +77,8 @@ def _stats(
         dist = alpha * dist + tl.sum(e * (pos[:, None] - cols[None, :]).to(tl.float32), 1)
         if HAS_SPANS:
             inspan = (cols[:, None] >= span_lo[None, :]) & (cols[:, None] < span_hi[None, :])
-            spans = alpha[:, None] * spans + tl.dot(e, inspan.to(tl.float32), input_precision=PRECISION)
+            # float32 probabilities against 0/1: IEEE products (TF32 would round e to 10 bits)
+            spans = alpha[:, None] * spans + tl.dot(e, inspan.to(tl.float32), input_precision="ieee")
         arg = tl.where(tile_max > m, start + tile_arg.to(tl.int64), arg)  # strict: the first maximum wins
         m = new_m
     l = tl.where(inside, l, 1.0)
