@@ -38,11 +38,19 @@ class Ranks:
     local_rank: int = 0
 
     @classmethod
+    def read_env(cls) -> Ranks:
+        """The launch's ranks from torchrun's environment (one process without it); starts nothing."""
+        return cls(
+            int(os.environ.get("RANK", "0")),
+            int(os.environ.get("WORLD_SIZE", "1")),
+            int(os.environ.get("LOCAL_RANK", "0")),
+        )
+
+    @classmethod
     def from_env(cls) -> Ranks:
-        """The launch's ranks (one process when not started by ``torchrun``); starts the gloo group."""
-        size = int(os.environ.get("WORLD_SIZE", "1"))
-        ranks = cls(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
-        if size > 1:
+        """:meth:`read_env`, and the gloo group started when there are several processes."""
+        ranks = cls.read_env()
+        if ranks.distributed:
             import torch.distributed as dist
 
             if not dist.is_initialized():
@@ -90,10 +98,22 @@ class Ranks:
         dist.all_gather_object(out, value)
         return out
 
-    def first_error(self, error: BaseException | None) -> str | None:
-        """The first process's error message among all (every process learns that one failed)."""
-        messages = self.gather(None if error is None else str(error))
-        return next((m for m in messages if m is not None), None)
+    @contextlib.contextmanager
+    def together(self, caught: tuple[type[Exception], ...], error: type[Exception]) -> Iterator[None]:
+        """Run this process's share of the work in the block; then, if any process failed with one of
+        ``caught``, every process raises: the failed one its own error, the others ``error(message)``
+        (so no process waits for one that gave up, and all record the same failure)."""
+        failed = None
+        try:
+            yield
+        except caught as err:
+            failed = err
+        messages = self.gather(None if failed is None else str(failed))
+        if failed is not None:
+            raise failed
+        message = next((m for m in messages if m is not None), None)
+        if message is not None:
+            raise error(message)
 
     @contextlib.contextmanager
     def held_by_main(self, hold: contextlib.AbstractContextManager[Any]) -> Iterator[None]:

@@ -7,7 +7,6 @@ NCCL on CUDA and gloo on CPU.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -15,39 +14,28 @@ import torch.distributed as dist
 from torch import nn
 
 from headprobe.model.transformer import Transformer
+from headprobe.ranks import Ranks
 from trainer.config import Parallel
+
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
-class World:
-    """This process's place in the job.
+class World(Ranks):
+    """This process's place in the job (:class:`headprobe.ranks.Ranks`: ``rank``, ``size``, ``local_rank``,
+    ``is_main``, ``distributed``) and where it computes.
 
     Attributes:
-        rank: global process index.
-        size: number of processes.
-        local_rank: index on this node (picks the GPU).
         device: where this process computes.
     """
 
-    rank: int
-    size: int
-    local_rank: int
-    device: torch.device
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.size > 1
+    device: torch.device = CPU
 
 
 def init_world(device: str = "auto") -> World:
     """Start the process group when launched by ``torchrun``; pick the device."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    launch = Ranks.read_env()  # torchrun's environment, as the analysis reads it
+    size, rank, local_rank = launch.size, launch.rank, launch.local_rank
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)

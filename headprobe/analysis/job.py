@@ -112,8 +112,7 @@ def analyze_checkpoint(
                 progress.advance()
         plan += [(length, group, keys) for group in _groups(todo)]
     ranks.barrier()  # every process has the same plan before any of them writes a part
-    failed = None
-    try:
+    with ranks.together(CHECKPOINT_ERRORS, AnalysisError):
         for index, (length, group, keys) in enumerate(plan):
             if not ranks.mine(index):  # another process's item
                 continue
@@ -125,13 +124,6 @@ def analyze_checkpoint(
                     meta = table_meta(schema.table, name, path, s.to_dict(), key=keys[m.name])
                     parts.write(schema, str(length), frames[schema.table].assign(model=name), meta)
                 progress.advance()
-    except CHECKPOINT_ERRORS as err:
-        failed = err
-    message = ranks.first_error(failed)  # every process learns whether one of them failed
-    if failed is not None:
-        raise failed
-    if message is not None:
-        raise AnalysisError(message)
     if not ranks.is_main:
         return pd.DataFrame()
     progress.advance(sum(len(group) for i, (_, group, _) in enumerate(plan) if not ranks.mine(i)))

@@ -293,19 +293,11 @@ def evaluate(
     for x in samples:
         groups.setdefault((x["task"], x["length"]), []).append(x)
     progress.start(len(samples), name)
-    failed = None
-    try:
+    with ranks.together(CHECKPOINT_ERRORS, RulerError):
         for index, ((task, length), group) in enumerate(groups.items()):
             if ranks.mine(index):  # another process decodes the others
                 decode_group(model, task, group, batch[length], store, progress)
                 ranks.did(f"{name} {task} @ {length}")
-    except CHECKPOINT_ERRORS as err:
-        failed = err
-    message = ranks.first_error(failed)  # every process learns whether one of them failed
-    if failed is not None:
-        raise failed
-    if message is not None:
-        raise RulerError(message)
     if not ranks.is_main:
         return pd.DataFrame()
     progress.advance(sum(len(g) for i, g in enumerate(groups.values()) if not ranks.mine(i)))
