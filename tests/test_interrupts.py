@@ -3,6 +3,7 @@ resumes: real processes (``python -m headprobe``) interrupted during real work."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -160,3 +161,31 @@ def test_a_process_that_does_not_unwind_is_ended_after_the_grace_period_with_its
     took, err = stop(proc, signal.SIGTERM)
     assert GRACE - 0.5 < took < GRACE + 5 and proc.returncode == 130 and "stopped (interrupted)" in err
     assert not out.exists()  # the lock's cleanup ran: the folder it made (empty) is gone with the lock file
+
+
+def test_sigterm_to_a_parallel_grid_stops_its_workers_too(tmp_path):
+    """``kill PID`` reaches only the grid's own process, not its worker processes: it passes the signal on,
+    so every worker saves a resumable step checkpoint and exits, instead of training on, orphaned."""
+    recipe = tmp_path / "recipe.json"
+    run = {"stage": "pt", "steps": 100000, "batch_size": 2, "seq_len": 64, "warmup_steps": 0, "threads": 1}
+    recipe.write_text(json.dumps({"scale": "toy", "seeds": [0], "runs": {"pt": run}}))
+    runs = tmp_path / "runs"
+    proc = start(["train", "grid", "--recipe", str(recipe), "--members", "d16,d32", "--jobs", "2", "--out", str(runs)])
+    logs = [runs / m / "s0" / "pt" / "metrics.jsonl" for m in ("toy-d16", "toy-d32")]
+    wait_for(lambda: all(p.is_file() and p.read_text().count("\n") >= 2 for p in logs), proc, timeout=240)
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(proc.pid)], capture_output=True, text=True)
+    workers = [int(x) for x in children.stdout.split()]
+    assert len(workers) >= 2, children.stdout
+    try:
+        took, err = stop(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in workers):
+            time.sleep(0.2)
+    finally:  # never leave a grid training on if the test fails
+        alive = [pid for pid in [proc.pid, *workers] if Path(f"/proc/{pid}").exists()]
+        for pid in alive:
+            os.kill(pid, signal.SIGKILL)
+    assert took < 15, f"the grid took {took:.1f} s to stop"
+    assert alive == [], f"workers still running 30 s after the grid stopped: {alive}\n{err[-2000:]}"
+    for log in logs:  # each saved where it stopped: a rerun resumes
+        assert sorted(p.name for p in log.parent.glob("step_*")), sorted(p.name for p in log.parent.iterdir())

@@ -29,6 +29,7 @@ checkpoint, tokens, steps, final loss) and is rewritten atomically after each.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import multiprocessing
@@ -42,6 +43,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from headprobe.cleanup import CLEANUPS
 from headprobe.model.atomic import atomic_write_text
 from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, TrainConfig, TrainError, TrainResult
@@ -217,6 +219,14 @@ def _run_chain(
     return entries, False
 
 
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Ask every worker of ``pool`` to save and stop (SIGTERM, which the training loop handles)."""
+    for process in list((pool._processes or {}).values()):  # the executor exposes its processes no other way
+        if process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+
+
 def _chain_worker(args: tuple) -> tuple[list[dict[str, Any]], bool]:
     """A process of a parallel grid: one chain, logging to its own stdout (flushed: lines show as they come)."""
     return _run_chain(*args, log=lambda message: print(message, flush=True))
@@ -267,9 +277,17 @@ def run_grid(
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers save and stop on Ctrl-C
         try:
             with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for entries, stopped in pool.map(_chain_worker, work):
-                    record(entries)
-                    interrupted |= stopped
+                CLEANUPS[id(pool)] = lambda: _stop_workers(pool)  # even if this process is ended outright
+                try:
+                    for entries, stopped in pool.map(_chain_worker, work):
+                        record(entries)
+                        interrupted |= stopped
+                except KeyboardInterrupt:  # a SIGTERM to this process alone reaches no worker: pass it on
+                    _stop_workers(pool)
+                    pool.shutdown(wait=True, cancel_futures=True)  # they save and stop; no new chain starts
+                    raise
+                finally:
+                    CLEANUPS.pop(id(pool), None)
         finally:
             signal.signal(signal.SIGINT, previous)
     else:
