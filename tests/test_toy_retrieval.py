@@ -7,10 +7,11 @@ pt trained (1,200 characters, about 340 tokens). A trial is a hit when greedy de
 tokens exactly.
 
 The probe itself is checked here on every run (an oracle that looks the answer up scores 1, one that
-gives a distractor's value scores 0). The trained-model test trains toy-d64 (seed 0) with the shipped toy
-recipe's pt, about 2.5 minutes on one core, so ``make test`` checks that the recipe still gives a toy that
-retrieves; ``pytest tests/test_toy_retrieval.py --trained RUNS`` probes a study's ``runs`` folder instead
-(every member's pt checkpoint, e.g. ``results/demo/runs``).
+gives a distractor's value scores 0). The trained-model test trains toy-d64 (seeds 0 and 1, one process
+each) with the shipped toy recipe's pt, about 2.5 minutes on two cores, so ``make test`` checks that the
+recipe still gives a toy that retrieves (one of the two suffices: which seed does depends on the CPU's
+float rounding, tests/conftest.py); ``pytest tests/test_toy_retrieval.py --trained RUNS`` probes a study's
+``runs`` folder instead (every member's pt checkpoint, e.g. ``results/demo/runs``).
 """
 
 from __future__ import annotations
