@@ -20,6 +20,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from headprobe.model.kernels.attention import _band, _visible  # the one band and mask rule of our kernels
+
 NEG = -1e30  # as the engine: masked scores, finite so that 0 * NEG stays 0
 BLOCK_M = 16  # query rows per program
 BLOCK_N = 32  # keys per tile (CUDA: 64)
@@ -55,17 +57,13 @@ def _stats(
     spans = tl.zeros([BLOCK_M, SPAN_PAD], tl.float32)
     first = tl.min(tl.where(inside, pos, k_len), 0)
     last = tl.max(tl.where(inside, pos, 0), 0)
-    lo = 0
-    if WINDOWED:
-        lo = tl.maximum(first - WINDOW + 1, 0) // BLOCK_N * BLOCK_N
-    for start in range(lo, last + 1, BLOCK_N):
+    lo, hi = _band(first, last, k_len, WINDOW, WINDOWED, BLOCK_N)
+    for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(K + kv * k_len * DIM + cols[:, None] * DIM + d[None, :],
                     mask=(cols[:, None] < k_len) & (d[None, :] < DIM), other=0.0)  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # float32 accumulation
-        seen = (cols[None, :] <= pos[:, None]) & (cols[None, :] < k_len) & inside[:, None]
-        if WINDOWED:
-            seen = seen & (pos[:, None] - cols[None, :] < WINDOW)
+        seen = _visible(pos, cols, k_len, WINDOW, WINDOWED) & inside[:, None]
         s = tl.where(seen, s, NEG)
         tile_max, tile_arg = tl.max(s, 1, return_indices=True, return_indices_tie_break_left=True)
         new_m = tl.maximum(m, tile_max)
