@@ -77,7 +77,17 @@ def test_results_and_summary(tmp_path, checkpoints):
     mean = entropy[entropy["length"] == 320].groupby("layer_type")["value"].mean()
     assert statistic(summary, "entropy", 320, "mean", "full") == pytest.approx(mean["full"])
     assert read_meta(folder / "entropy.parquet").settings["samples"] == 2  # the settings travel with the table
-    assert len(read_table(folder / "retrieval_samples.parquet").frame) == 4
+    samples = read_table(folder / "retrieval_samples.parquet").frame
+    assert len(samples) == 4
+    # the head scores: the mean copy score over the kept samples, by an independent pandas mean
+    copies = read_table(folder / "retrieval_copies.parquet").frame
+    assert len(copies) == 2 * 2 * 14  # lengths x samples x heads
+    kept = samples[samples["kept"]][["length", "sample"]]
+    want = copies.merge(kept).groupby(["length", "layer", "head"])["value"].mean()
+    got = retrieval.set_index(["length", "layer", "head"])["value"]
+    for index, value in got.items():
+        assert value == pytest.approx(want[index], abs=1e-12) if index in want.index else value != value  # NaN
+    assert (retrieval.groupby("length")["n_kept"].first() == samples.groupby("length")["kept"].sum()).all()
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["job"] == "analyze" and run["checkpoints"]["qwen2"] == str(hf) and run["errors"] == {}
     both = result.table("entropy")  # one table over every model of the run
@@ -114,7 +124,7 @@ def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch
 
     def interrupt(*args, **kwargs):
         calls.append(1)
-        if len(calls) > 1:  # first length done, then Ctrl-C during the second
+        if len(calls) > 1:  # the first needle sample decoded, then Ctrl-C during the second
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
@@ -122,16 +132,26 @@ def test_interrupted_run_keeps_finished_parts(tmp_path, checkpoints, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]))
     parts = sorted(p.name for p in (tmp_path / "tiny" / "parts").iterdir())
-    assert parts == [
-        "entropy-256.parquet",
-        "entropy-320.parquet",
-        "retrieval-256.parquet",
-        "retrieval_samples-256.parquet",
+    assert parts == [  # every sample's work is kept as soon as it is done
+        "entropy-256-s0.parquet",
+        "entropy-256-s1.parquet",
+        "retrieval_copies-256-s0.parquet",
+        "retrieval_samples-256-s0.parquet",
     ]
     assert not (tmp_path / "tiny" / "retrieval.parquet").exists()  # no half-assembled tables
     monkeypatch.setattr(items_mod, "decode_items", real)
+    redone = []
+    monkeypatch.setattr(items_mod, "decode_items", lambda *a, **k: redone.append((a[1], a[5])) or real(*a, **k))
     analyze([ours], tmp_path, settings(metrics=["retrieval", "entropy"]))
+    assert redone == [(256, 1), (320, 0), (320, 1)]  # (length, sample): only what was not finished
     assert set(pd.read_parquet(tmp_path / "tiny" / "retrieval.parquet")["length"]) == {256, 320}
+    fresh = tmp_path / "fresh"
+    analyze([ours], fresh, settings(metrics=["retrieval", "entropy"]))
+    for table in ("retrieval", "retrieval_samples", "retrieval_copies", "entropy"):
+        pd.testing.assert_frame_equal(  # resumed = uninterrupted, exactly
+            pd.read_parquet(tmp_path / "tiny" / f"{table}.parquet"),
+            pd.read_parquet(fresh / "tiny" / f"{table}.parquet"),
+        )
 
 
 def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkpoints):

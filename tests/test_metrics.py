@@ -22,7 +22,7 @@ from headprobe.metrics import (
     retrieval_scores,
     rouge1_recall,
 )
-from headprobe.metrics.retrieval import reference_span
+from headprobe.metrics.retrieval import head_scores, reference_span
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
@@ -373,3 +373,26 @@ def test_failed_samples_are_excluded_not_counted_as_zero():
     assert row.value == pytest.approx(1.0) and row.n_kept == 1 and row.n_samples == 2
     none = retrieval_scores(CopyModel(fail_depths=[20.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0]).heads
     assert none.value.isna().all() and (none.n_kept == 0).all()
+
+
+def test_head_scores_average_the_kept_samples_copy_scores_by_hand():
+    # two heads, three samples; sample 1 was answered wrongly, so its (large) copy scores do not count
+    copies = pd.DataFrame(
+        {"layer": [0, 0] * 3, "head": [0, 1] * 3, "layer_type": ["full"] * 6, "sample": [0, 0, 1, 1, 2, 2],
+         "value": [0.5, 0.0, 1.0, 1.0, 0.25, 0.1]}
+    )  # fmt: skip
+    samples = pd.DataFrame({"sample": [0, 1, 2], "kept": [True, False, True]})
+    heads = head_scores(copies, samples)
+    assert heads[["layer", "head"]].values.tolist() == [[0, 0], [0, 1]]
+    assert heads["value"].tolist() == pytest.approx([(0.5 + 0.25) / 2, (0.0 + 0.1) / 2])
+    assert (heads["n_kept"] == 2).all() and (heads["n_samples"] == 3).all()
+    none = head_scores(copies, samples.assign(kept=False))
+    assert none["value"].isna().all() and (none["n_kept"] == 0).all()
+
+
+def test_copy_table_holds_every_sample_including_failed_ones():
+    scores = retrieval_scores(CopyModel(fail_depths=[60.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0, 60.0])
+    copies = scores.copies
+    assert sorted(copies["sample"].unique()) == [0, 1] and len(copies) == 2 * len(scores.heads)
+    kept = copies[copies["sample"] == 0].set_index(["layer", "head"])["value"]
+    assert scores.heads.set_index(["layer", "head"])["value"].equals(kept)  # one kept sample: its own scores

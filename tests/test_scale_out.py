@@ -72,6 +72,8 @@ def test_analyze_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
     by = split(tmp_path / "two.log")
     assert set(by) == {"0", "1"} and not by["0"] & by["1"]  # both worked, no item twice
     assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]  # together: every item one process does
+    for unit in ("entropy @ 256 sample", "retrieval @ 384 sample"):  # one checkpoint's samples at one length
+        assert {r for r, done in by.items() if any(i.startswith(f"m0 {unit}") for i in done)} == {"0", "1"}
 
 
 def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):

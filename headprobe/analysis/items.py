@@ -1,9 +1,13 @@
-"""The work of one model at one length: the pass metrics over haystack texts, and retrieval over needles."""
+"""The work of one model at one length: forward passes over haystack texts for the pass metrics, and
+needle prompts decoded one sample at a time for the decode metrics."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+
 import numpy as np
 import pandas as pd
+from torch import Tensor
 
 from headprobe.analysis.settings import AnalyzeSettings
 from headprobe.metrics import DecodeMetric, PassMetric
@@ -12,6 +16,8 @@ from headprobe.probe import ProbedModel
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NeedlePrompt, needle_prompt, needle_set
 
+Frames = dict[str, pd.DataFrame]  # table name -> rows
+
 
 def _tag(frame: pd.DataFrame, **columns: object) -> pd.DataFrame:
     for name, value in columns.items():
@@ -19,23 +25,36 @@ def _tag(frame: pd.DataFrame, **columns: object) -> pd.DataFrame:
     return frame
 
 
+def haystack_inputs(model: ProbedModel, length: int, s: AnalyzeSettings) -> Tensor:
+    """``[samples, length]`` token ids: the haystack texts every pass metric reads at ``length``."""
+    return text_inputs(model.tokenizer, length, s.samples, s.seed, s.haystack_files, start=model.prompt_start)
+
+
 def text_items(
-    model: ProbedModel, length: int, s: AnalyzeSettings, metrics: list[PassMetric]
-) -> dict[str, pd.DataFrame]:
-    """Every pass metric at one length, from one forward pass per sample: per-sample tables (with a
-    ``sample`` column) for the unpooled metrics, one table over all samples (``samples``) for the pooled."""
-    inputs = text_inputs(model.tokenizer, length, s.samples, s.seed, s.haystack_files, start=model.prompt_start)
+    model: ProbedModel,
+    length: int,
+    s: AnalyzeSettings,
+    inputs: Tensor,
+    per_sample: Mapping[int, Sequence[PassMetric]],
+    pooled: Sequence[PassMetric],
+    on_sample: Callable[[int, Frames], None],
+) -> Frames:
+    """Forward passes over the haystack samples ``inputs [samples, length]``, in sample order.
+
+    Sample ``i``'s pass feeds fresh collectors of the metrics ``per_sample[i]`` (their tables, with
+    ``length`` and ``sample`` columns, go to ``on_sample(i, frames)`` as soon as the pass is done) and the
+    collectors of the ``pooled`` metrics, which, when there are any, see every sample ``0 .. samples-1``
+    in order. Returns the pooled metrics' tables (``length`` and ``samples`` columns)."""
     rows = s.row_selection.indices(length)
-    pooled = {m.name: m.collector(model.layers, s.topk) for m in metrics if m.pooled}
-    frames: dict[str, list[pd.DataFrame]] = {m.name: [] for m in metrics if not m.pooled}
+    pooled_collectors = {m.tables[0].table: m.collector(model.layers, s.topk) for m in pooled}
     for sample in range(s.samples):
-        fresh = {m.name: m.collector(model.layers, s.topk) for m in metrics if not m.pooled}
-        run_pass(model, inputs[sample : sample + 1], [*fresh.values(), *pooled.values()], rows)
-        for name, collector in fresh.items():
-            frames[name].append(_tag(collector.frame(), length=length, sample=sample))
-    out = {name: pd.concat(parts, ignore_index=True) for name, parts in frames.items()}
-    out |= {name: _tag(c.frame(), length=length, samples=s.samples) for name, c in pooled.items()}
-    return out
+        mine = per_sample.get(sample, ())
+        if not mine and not pooled:
+            continue
+        fresh = {m.tables[0].table: m.collector(model.layers, s.topk) for m in mine}
+        run_pass(model, inputs[sample : sample + 1], [*fresh.values(), *pooled_collectors.values()], rows)
+        on_sample(sample, {t: _tag(c.frame(), length=length, sample=sample) for t, c in fresh.items()})
+    return {t: _tag(c.frame(), length=length, samples=s.samples) for t, c in pooled_collectors.items()}
 
 
 def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[NeedlePrompt]:
@@ -56,8 +75,14 @@ def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[
     ]
 
 
-def decode_items(model: ProbedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric) -> dict[str, pd.DataFrame]:
-    """Retrieval at one length: the head table and the sample table."""
-    scores = metric.compute(model, needle_prompts(model, length, s), **{k: getattr(s, k) for k in metric.settings})
-    heads, samples = metric.tables
-    return {heads.table: _tag(scores.heads, length=length), samples.table: scores.samples}
+def decode_items(
+    model: ProbedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
+) -> Frames:
+    """One needle prompt, decoded as sample number ``sample``: the metric's per-sample tables."""
+    frames = metric.decode(model, prompt, sample, **{k: getattr(s, k) for k in metric.settings})
+    return {table: _tag(frame, length=length) for table, frame in frames.items()}
+
+
+def combine(metric: DecodeMetric, length: int, frames: Frames) -> Frames:
+    """The metric's tables at one length from its per-sample tables of every sample (``frames``)."""
+    return frames | {table: _tag(frame, length=length) for table, frame in metric.combine(frames).items()}

@@ -6,9 +6,14 @@ Output for each checkpoint, in ``OUT/<name>/`` (tables through :mod:`headprobe.r
 * ``entropy``, ``reordering``: one row per layer x head x length x sample;
 * ``erank``: one row per residual site x length (positions pooled over the samples);
 * ``retrieval``: one row per layer x head x length (mean copy score over kept samples, with
-  ``n_kept``/``n_samples``), and ``retrieval_samples`` (every needle sample);
+  ``n_kept``/``n_samples``), ``retrieval_samples`` (every needle sample) and ``retrieval_copies`` (every
+  head's copy score in every sample, what the mean is taken over);
 * ``analysis_summary``: the derived aggregates (:mod:`headprobe.analysis.summary`);
-* ``parts/``: one table per (metric, length) item with its resume key: what a rerun skips.
+* ``parts/``: one table per work unit (metric x length x sample; metric x length when pooled) with its
+  resume key: what a rerun skips, so an interrupted run at a long length loses at most one sample.
+
+Under ``torchrun`` the work items (:func:`plan_items`) are shared among the processes, down to single
+samples, and the first process merges the parts: the same tables, byte for byte, as one process writes.
 
 ``OUT/run.json`` records the command, settings, versions, checkpoints and failures. A checkpoint that
 fails to load, has bad inputs or would not fit in memory is reported and skipped before any of its
@@ -18,7 +23,9 @@ work starts; memory is estimated per length from the model's shapes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,7 @@ from headprobe.metrics import DecodeMetric, Metric, PassMetric
 from headprobe.model.atomic import folder_lock
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.ranks import Ranks
+from headprobe.results import Schema
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
     Parts,
@@ -69,16 +77,86 @@ def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: int)
         require_fits(f"{name} at {length:,} tokens", estimate, budget, MEMORY_FIX)
 
 
-def _groups(todo: list[Metric]) -> list[list[Metric]]:
-    """Work that runs together: every pass metric in one shared pass, then each decode metric alone."""
-    passes = [m for m in todo if isinstance(m, PassMetric)]
-    return ([passes] if passes else []) + [[m] for m in todo if isinstance(m, DecodeMetric)]
+@dataclass(frozen=True)
+class PassItem:
+    """Forward passes at one ``length``: sample ``i`` computes the metrics ``per_sample[i]``, and the
+    ``pooled`` metrics see every sample (:func:`headprobe.analysis.items.text_items`)."""
+
+    length: int
+    per_sample: dict[int, tuple[PassMetric, ...]]
+    pooled: tuple[PassMetric, ...] = ()
+
+    def units(self) -> list[tuple[Metric, int | None]]:
+        return [(m, i) for i, ms in self.per_sample.items() for m in ms] + [(m, None) for m in self.pooled]
 
 
-def _compute(model: ProbedModel, length: int, s: AnalyzeSettings, group: list[Metric]) -> dict[str, pd.DataFrame]:
-    if isinstance(group[0], DecodeMetric):
-        return items.decode_items(model, length, s, group[0])
-    return items.text_items(model, length, s, [m for m in group if isinstance(m, PassMetric)])
+@dataclass(frozen=True)
+class DecodeItem:
+    """One needle prompt (``sample``) at one ``length`` decoded for one decode metric."""
+
+    length: int
+    metric: DecodeMetric
+    sample: int
+
+    def units(self) -> list[tuple[Metric, int | None]]:
+        return [(self.metric, self.sample)]
+
+
+Item = PassItem | DecodeItem
+
+
+def part_name(length: int, sample: int | None) -> str:
+    """The resumable part of one length (pooled tables) or one sample at one length."""
+    return str(length) if sample is None else f"{length}-s{sample}"
+
+
+def part_tables(metric: Metric) -> tuple[Schema, ...]:
+    """The tables of ``metric`` written as parts, one per work unit (the rest are combined from them)."""
+    return metric.per_sample if isinstance(metric, DecodeMetric) else metric.tables
+
+
+def _units(metric: Metric, s: AnalyzeSettings) -> int:
+    """Work units of ``metric`` at one length: one per sample, one in all when pooled."""
+    return 1 if isinstance(metric, PassMetric) and metric.pooled else s.samples
+
+
+def plan_items(
+    s: AnalyzeSettings, keys: dict[tuple[str, int], dict[str, Any]], parts: Parts, processes: int
+) -> tuple[list[Item], list[tuple[Metric, int, int]]]:
+    """The items still to do (the same list on every process) and, per metric and length, how many of
+    its units were done earlier ``(metric, length, units done)``.
+
+    A unit is one metric at one length for one sample (one length for pooled metrics). One process
+    runs all pass metrics of a length in one item, one forward pass per sample shared by every metric;
+    several processes get one item per sample and one for the pooled metrics (whose own passes they
+    then repeat), so that the passes spread over them. Each needle sample is an item."""
+    items: list[Item] = []
+    done_earlier = []
+    metrics = s.chosen()
+    for length in s.lengths:
+
+        def todo(m: Metric, sample: int | None, length: int = length) -> bool:
+            key = keys[m.name, length]
+            return not all(parts.done(t.table, part_name(length, sample), key) for t in part_tables(m))
+
+        per_sample: dict[int, tuple[PassMetric, ...]] = {}
+        for i in range(s.samples):
+            mine = tuple(m for m in metrics if isinstance(m, PassMetric) and not m.pooled and todo(m, i))
+            if mine:
+                per_sample[i] = mine
+        pooled = tuple(m for m in metrics if isinstance(m, PassMetric) and m.pooled and todo(m, None))
+        if processes == 1 and (per_sample or pooled):
+            items.append(PassItem(length, per_sample, pooled))
+        elif processes > 1:
+            items += [PassItem(length, {i: ms}) for i, ms in per_sample.items()]
+            items += [PassItem(length, {}, pooled)] if pooled else []
+        for m in metrics:
+            if isinstance(m, DecodeMetric):
+                items += [DecodeItem(length, m, i) for i in range(s.samples) if todo(m, i)]
+        for m in metrics:
+            left = sum(u[0] is m for item in items if item.length == length for u in item.units())
+            done_earlier.append((m, length, _units(m, s) - left))
+    return items, done_earlier
 
 
 def analyze_checkpoint(
@@ -102,38 +180,76 @@ def analyze_checkpoint(
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype))
     check_inputs(model, name, s, memory_limit or available_memory(torch.device(device)))
     folder, parts, metrics = out / name, Parts(out / name), s.chosen()
-    plan = []  # (length, metrics computed together, resume keys): decided before any part is written
-    for length in s.lengths:
-        keys = {m.name: s.key(m, length, path, model.prompt_start) for m in metrics}
-        todo = [m for m in metrics if not all(parts.done(t.table, str(length), keys[m.name]) for t in m.tables)]
-        for m in metrics:
-            if m not in todo:
-                progress.log(f"{name} {m.name} @ {length}: done earlier, skipped")
-                progress.advance()
-        plan += [(length, group, keys) for group in _groups(todo)]
+    keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
+    plan, done_earlier = plan_items(s, keys, parts, ranks.size)  # decided before any part is written
+    for m, length, done in done_earlier:
+        if done:
+            whole = done == _units(m, s)
+            progress.log(f"{name} {m.name} @ {length}: " + ("done earlier, skipped" if whole else
+                         f"{done} of {s.samples} samples done earlier, skipped"))  # fmt: skip
+            progress.advance(done)
     ranks.barrier()  # every process has the same plan before any of them writes a part
+
+    def write(m: Metric, length: int, sample: int | None, frames: dict[str, pd.DataFrame]) -> None:
+        key = keys[m.name, length]
+        for schema in part_tables(m):
+            meta = table_meta(schema.table, name, path, s.to_dict(), key=key)
+            parts.write(schema, part_name(length, sample), frames[schema.table].assign(model=name), meta)
+        ranks.did(f"{name} {m.name} @ {length}" + ("" if sample is None else f" sample {sample}"))
+        progress.advance()
+
+    inputs = functools.lru_cache(maxsize=1)(lambda length: items.haystack_inputs(model, length, s))
+    prompts = functools.lru_cache(maxsize=1)(lambda length: items.needle_prompts(model, length, s))
     with ranks.together(CHECKPOINT_ERRORS, AnalysisError):
-        for index, (length, group, keys) in enumerate(plan):
+        for index, item in enumerate(plan):
             if not ranks.mine(index):  # another process's item
                 continue
-            progress.describe(f"{name} {', '.join(m.name for m in group)} @ {length:,}")
-            frames = _compute(model, length, s, group)
-            ranks.did(f"{name} {'+'.join(m.name for m in group)} @ {length}")
-            for m in group:  # each group's parts are written as soon as it is done
-                for schema in m.tables:
-                    meta = table_meta(schema.table, name, path, s.to_dict(), key=keys[m.name])
-                    parts.write(schema, str(length), frames[schema.table].assign(model=name), meta)
-                progress.advance()
+            names = ", ".join(dict.fromkeys(m.name for m, _ in item.units()))
+            if isinstance(item, DecodeItem):
+                progress.describe(f"{name} {names} @ {item.length:,}, sample {item.sample + 1}/{s.samples}")
+                prompt = prompts(item.length)[item.sample]
+                frames = items.decode_items(model, item.length, s, item.metric, prompt, item.sample)
+                write(item.metric, item.length, item.sample, frames)
+                continue
+            progress.describe(f"{name} {names} @ {item.length:,}")
+
+            def sample_done(i: int, frames: dict[str, pd.DataFrame], item: PassItem = item) -> None:
+                for m in item.per_sample.get(i, ()):
+                    write(m, item.length, i, frames)
+
+            pooled = items.text_items(
+                model, item.length, s, inputs(item.length), item.per_sample, item.pooled, sample_done
+            )
+            for m in item.pooled:
+                write(m, item.length, None, pooled)
     if not ranks.is_main:
         return pd.DataFrame()
-    progress.advance(sum(len(group) for i, (_, group, _) in enumerate(plan) if not ranks.mine(i)))
-    schemas = [schema for m in metrics for schema in m.tables]
-    tables = {t.table: parts.gather(t.table, [str(n) for n in s.lengths]) for t in schemas}
+    progress.advance(sum(len(item.units()) for i, item in enumerate(plan) if not ranks.mine(i)))
+    tables = gather_tables(parts, s, metrics)
     summary = summarize(name, tables, metrics)
+    schemas = [schema for m in metrics for schema in m.tables]
     write_results(
         folder, name, path, s.to_dict(), [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)]
     )
     return summary
+
+
+def gather_tables(parts: Parts, s: AnalyzeSettings, metrics: list[Metric]) -> dict[str, pd.DataFrame]:
+    """Every table of ``metrics`` from the finished parts: lengths in order, samples in order within each;
+    a decode metric's other tables combined from its per-sample ones, length by length."""
+    tables: dict[str, pd.DataFrame] = {}
+    for m in metrics:
+        if isinstance(m, PassMetric):
+            names = [part_name(n, None if m.pooled else i) for n in s.lengths for i in range(_units(m, s))]
+            tables[m.tables[0].table] = parts.gather(m.tables[0].table, names)
+            continue
+        by_length = []
+        for n in s.lengths:
+            frames = {t.table: parts.gather(t.table, [part_name(n, i) for i in range(s.samples)]) for t in m.per_sample}
+            by_length.append(items.combine(m, n, frames))
+        for t in m.tables:
+            tables[t.table] = pd.concat([f[t.table] for f in by_length], ignore_index=True)
+    return tables
 
 
 def analyze(
@@ -158,7 +274,7 @@ def analyze(
     ranks = Ranks.from_env()  # several processes under torchrun: each takes its share of the items
     device = ranks.device(device)
     out, progress = Path(out), (progress or Silent()) if ranks.is_main else Silent()
-    per_checkpoint = len(settings.metrics) * len(settings.lengths)
+    per_checkpoint = sum(_units(m, settings) for m in settings.chosen()) * len(settings.lengths)
     progress.start(per_checkpoint * len(checkpoints), "analyze")
 
     def job(path: Path, name: str) -> pd.DataFrame:

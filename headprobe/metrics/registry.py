@@ -19,7 +19,7 @@ import pandas as pd
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.erank import ERANK, ErankCollector
 from headprobe.metrics.passes import Collector
-from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_SAMPLES, RetrievalScores, score_prompts
+from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_COPIES, RETRIEVAL_SAMPLES, combine_samples, sample_tables
 from headprobe.metrics.summaries import (
     SummaryRow,
     erank_headline,
@@ -66,18 +66,24 @@ class PassMetric:
 
 @dataclass(frozen=True)
 class DecodeMetric:
-    """A metric of greedy decoding of needle prompts.
+    """A metric of greedy decoding of needle prompts, one prompt (sample) at a time.
 
     Attributes:
-        name, tables, settings, summary, headline, description, revision: as for :class:`PassMetric`.
-        compute: ``(model, prompts, **settings) -> RetrievalScores`` (the head table, the sample table);
-            it is given the metric's ``settings`` by name.
+        name, settings, summary, headline, description, revision: as for :class:`PassMetric`.
+        tables: every table it writes; the first is the one summarised.
+        per_sample: those of ``tables`` made one sample at a time (the rest come from ``combine``).
+        decode: ``(model, prompt, sample, **settings) -> {table: frame}``: the ``per_sample`` tables of
+            one needle prompt decoded as sample number ``sample``; given the metric's ``settings`` by name.
+        combine: ``{table: frame}`` of every sample at one length (in sample order) ``-> {table: frame}``:
+            the other tables at that length (e.g. the head scores, a mean over the kept samples).
     """
 
     name: str
     tables: tuple[Schema, ...]
+    per_sample: tuple[Schema, ...]
     settings: tuple[str, ...]
-    compute: Callable[..., RetrievalScores]
+    decode: Callable[..., dict[str, pd.DataFrame]]
+    combine: Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]]
     summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
     headline: Callable[[pd.DataFrame], str]
     description: str = ""
@@ -91,11 +97,13 @@ METRICS: dict[str, Metric] = {
     for m in (
         DecodeMetric(
             "retrieval",
-            (RETRIEVAL, RETRIEVAL_SAMPLES),
+            (RETRIEVAL, RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
+            (RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
             ("max_new_tokens", "needles", "retrieval_span"),
-            lambda model, prompts, max_new_tokens, retrieval_span, **_: score_prompts(
-                model, prompts, max_new_tokens, span=retrieval_span
+            lambda model, prompt, sample, max_new_tokens, retrieval_span, **_: sample_tables(
+                model, prompt, sample, max_new_tokens, span=retrieval_span
             ),
+            combine_samples,
             retrieval_rows,
             retrieval_headline,
             "Wu et al.'s retrieval score per head, from needle prompts",

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from headprobe.metrics.attention import HEAD_COLUMNS
-from headprobe.model.config import Choice
+from headprobe.model.config import Choice, LayerInfo
 from headprobe.model.seam import AttentionCall
 from headprobe.probe.base import DecodeProbe, ProbedModel
 from headprobe.results import Column, Schema
@@ -55,6 +55,14 @@ RETRIEVAL_SAMPLES = Schema(
         Column("span_start", "int", "first prompt token of the answer span scored (-1: none found)"),
         Column("span_end", "int", "one past its last token"),
         Column("haystack", "str", "the text around the needle"),
+    ),
+)
+RETRIEVAL_COPIES = Schema(
+    "retrieval_copies",
+    (
+        *HEAD_COLUMNS,
+        Column("sample", "int", "index of the needle sample"),
+        Column("value", "float", "the head's copy score in this sample (counted in ``retrieval`` if kept)"),
     ),
 )
 
@@ -87,11 +95,13 @@ def answer_span(model: ProbedModel, prompt: NeedlePrompt, span: Span | str = Spa
 
 @dataclass(frozen=True)
 class RetrievalScores:
-    """The two tables of a retrieval run: ``heads`` (one row per layer x head, :data:`RETRIEVAL`) and
-    ``samples`` (one row per needle prompt, :data:`RETRIEVAL_SAMPLES`)."""
+    """The tables of a retrieval run: ``heads`` (one row per layer x head, :data:`RETRIEVAL`), ``samples``
+    (one row per needle prompt, :data:`RETRIEVAL_SAMPLES`) and ``copies`` (one row per sample x layer x
+    head, :data:`RETRIEVAL_COPIES`), from which ``heads`` is computed (:func:`head_scores`)."""
 
     heads: pd.DataFrame
     samples: pd.DataFrame
+    copies: pd.DataFrame
 
 
 @functools.cache
@@ -178,6 +188,48 @@ def retrieval_sample(
     return scores, record
 
 
+def copy_rows(layers: Sequence[LayerInfo], scores: np.ndarray, sample: int) -> pd.DataFrame:
+    """One sample's copy scores ``[layers, max_heads]`` as :data:`RETRIEVAL_COPIES` rows (every head)."""
+    return pd.DataFrame.from_records(
+        {"layer": info.index, "head": h, "layer_type": str(info.layer_type), "sample": sample,
+         "value": float(scores[info.index, h])}
+        for info in layers
+        for h in range(info.n_heads)
+    )  # fmt: skip
+
+
+def head_scores(copies: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    """The :data:`RETRIEVAL` head table from every sample's copy scores and the samples' records: each
+    head's copy scores summed over the kept samples in sample order, over their number (NaN when none
+    was kept). The same sum in the same order whether the samples were decoded by one process or many."""
+    kept = set(samples.loc[samples["kept"].astype(bool), "sample"].astype(int))
+    heads = copies[copies["sample"] == copies["sample"].min()][["layer", "head", "layer_type"]].reset_index(drop=True)
+    total = np.zeros(len(heads))
+    for sample, rows in copies.groupby("sample", sort=True):
+        if int(sample) in kept:
+            total = total + rows["value"].to_numpy(np.float64)
+    mean = total / len(kept) if kept else np.full(len(heads), math.nan)
+    return heads.assign(value=mean, n_kept=len(kept), n_samples=len(samples))
+
+
+def sample_tables(
+    model: ProbedModel, prompt: NeedlePrompt, sample: int, max_new_tokens: int = 50, span: Span | str = Span.EXACT
+) -> dict[str, pd.DataFrame]:
+    """One needle prompt decoded as sample number ``sample``: its :data:`RETRIEVAL_SAMPLES` row and its
+    :data:`RETRIEVAL_COPIES` rows, by table name (:func:`head_scores` makes the head table of many)."""
+    model.check_length(prompt.length + max_new_tokens)
+    scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
+    return {
+        RETRIEVAL_SAMPLES.table: pd.DataFrame.from_records([{"sample": sample} | record]),
+        RETRIEVAL_COPIES.table: copy_rows(model.layers, scores, sample),
+    }
+
+
+def combine_samples(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """``{"retrieval": head table}`` from the ``retrieval_samples`` and ``retrieval_copies`` of every sample."""
+    return {RETRIEVAL.table: head_scores(frames[RETRIEVAL_COPIES.table], frames[RETRIEVAL_SAMPLES.table])}
+
+
 def score_prompts(
     model: ProbedModel,
     prompts: Iterable[NeedlePrompt],
@@ -186,34 +238,22 @@ def score_prompts(
     span: Span | str = Span.EXACT,
 ) -> RetrievalScores:
     """Retrieval scores of every head over ``prompts``: the mean copy score over the samples the model
-    answered (NaN when none was), with ``n_kept`` and ``n_samples``; and every sample's record. ``span``:
-    which answer span a copy must land in (:class:`Span`)."""
-    total = np.zeros((len(model.layers), max(i.n_heads for i in model.layers)))
-    kept, records = 0, []
+    answered (NaN when none was), with ``n_kept`` and ``n_samples``; every sample's record and copy
+    scores. ``span``: which answer span a copy must land in (:class:`Span`)."""
+    done: list[dict[str, pd.DataFrame]] = []
     for n, prompt in enumerate(prompts):
-        model.check_length(prompt.length + max_new_tokens)
-        scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
-        records.append({"sample": n} | record)
-        if record["kept"]:
-            total += scores
-            kept += 1
+        done.append(sample_tables(model, prompt, n, max_new_tokens, span))
         if progress:
             progress(n + 1)
-    mean = total / kept if kept else np.full_like(total, math.nan)
-    heads = pd.DataFrame.from_records(
-        {
-            "layer": info.index,
-            "head": h,
-            "layer_type": str(info.layer_type),
-            "value": float(mean[info.index, h]),
-            "n_kept": kept,
-            "n_samples": len(records),
-        }
-        for info in model.layers
-        for h in range(info.n_heads)
+    if not done:  # no prompt: every head scores NaN over zero samples
+        width = max(info.n_heads for info in model.layers)
+        every_head = copy_rows(model.layers, np.zeros((len(model.layers), width)), 0)
+        return RetrievalScores(head_scores(every_head, RETRIEVAL_SAMPLES.empty()), RETRIEVAL_SAMPLES.empty(),
+                               every_head.iloc[:0])  # fmt: skip
+    samples, copies = (
+        pd.concat([d[t.table] for d in done], ignore_index=True) for t in (RETRIEVAL_SAMPLES, RETRIEVAL_COPIES)
     )
-    samples = pd.DataFrame.from_records(records) if records else RETRIEVAL_SAMPLES.empty()
-    return RetrievalScores(heads, samples)
+    return RetrievalScores(head_scores(copies, samples), samples, copies)
 
 
 def retrieval_scores(
