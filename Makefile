@@ -12,7 +12,7 @@ EXTRAS      ?= dev
 PYTEST_ARGS ?=
 STAMP       := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo study test lint bench gpu-check clean
+.PHONY: setup demo study test lint bench gpu-check device-wheels clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,9 @@ lint: $(STAMP)
 
 gpu-check: $(STAMP)  # on a machine with one CUDA GPU: every CUDA test, then kernel and training benchmarks (~10 min)
 	$(BIN)/python benchmarks/gpu_check.py
+
+device-wheels: $(STAMP)  # .whl/: what a GPU machine without a package index lacks to run gpu_check.py (docs/benchmarks.md)
+	$(BIN)/python benchmarks/device_wheels.py --out .whl
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/attention.py

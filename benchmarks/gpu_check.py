@@ -2,7 +2,8 @@
 
     python benchmarks/gpu_check.py [--budget-s 570] [--no-write] [--skip-tests] [--skip-train]
 
-Installs nothing beyond the project's setup. In order, each stage skipped once the time budget is spent:
+Installs nothing beyond the project's setup (on a machine without a package index, the wheels of
+``make device-wheels``: docs/install.md). In order, each stage skipped once the time budget is spent:
 
 1. every CUDA test (tests/test_triton_attention.py, test_attention.py, test_stats.py,
    test_hardening_analyze.py: those skipped on a CPU) against the dense references;
