@@ -684,3 +684,20 @@ def test_vt_example_is_the_most_noise_lines_within_500_tokens():
     one_more = question.replace(SPEC["noise"], SPEC["noise"] + "\n" + SPEC["noise"], 1)
     assert len(tok.encode(question + answer)) <= 500 < len(tok.encode(one_more + answer))
     assert example.count(SPEC["noise"]) >= 8
+
+
+def test_prediction_files_one_writer_each_read_together(tmp_path):
+    from headprobe.evals.ruler.predictions import Predictions
+
+    main, other = Predictions(tmp_path, 0), Predictions(tmp_path, 1)
+    main.append("qa_1", 512, [{"index": 2, "pred": "c"}, {"index": 0, "pred": "a"}])
+    other.append("qa_1", 512, [{"index": 1, "pred": "b"}])
+    other.path("qa_1", 512).open("a").write('{"index": 3, "pr')  # process 1 was stopped mid-line
+    assert other.path("qa_1", 512).name == "qa_1-512.p1.jsonl" and main.path("qa_1", 512).name == "qa_1-512.jsonl"
+    torn = other.path("qa_1", 512).read_text()
+    got = main.done("qa_1", 512)
+    assert list(got) == [0, 1, 2] and [r["pred"] for r in got.values()] == ["a", "b", "c"]  # every file, in order
+    assert other.path("qa_1", 512).read_text() == torn  # another writer's file is only read, never rewritten
+    assert list(other.done("qa_1", 512)) == [0, 1, 2]
+    assert other.path("qa_1", 512).read_text() == '{"index": 1, "pred": "b"}\n'  # its own: the torn line dropped
+    assert Predictions(tmp_path).done("qa_1", 1024) == {}

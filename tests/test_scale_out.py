@@ -78,10 +78,13 @@ def test_analyze_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
 
 def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
     args = ["ruler", "eval", *map(str, checkpoints), "--tasks", "niah_single_1,niah_single_2,niah_multikey_1",
-            "--lengths", "512", "--samples", "2", "--no-progress"]  # fmt: skip
+            "--lengths", "512", "--samples", "2", "--batch-size", "1", "--no-progress"]  # fmt: skip
     run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
     run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
     same_tables(tmp_path / "one", tmp_path / "two")
     by = split(tmp_path / "two.log")
     assert set(by) == {"0", "1"} and not by["0"] & by["1"]
     assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]
+    # one model's task at one length: its two samples (batches of one) decoded by different processes
+    assert {r for r, done in by.items() if any(i.startswith("m0 niah_single_1 @ 512") for i in done)} == {"0", "1"}
+    assert any(p.name.endswith(".p1.jsonl") for p in (tmp_path / "two").rglob("predictions/*.jsonl"))

@@ -6,7 +6,8 @@ For each model, in ``OUT`` (one model) or ``OUT/<name>/`` (several, as in ``head
 * ``ruler_samples.parquet`` and the derived ``ruler_scores.parquet`` (:mod:`headprobe.evals.ruler.tables`).
 
 ``OUT/run.json`` records the command, settings, versions, models and failures. Samples of one task and
-length decode together in batches of left-padded KV caches (as many as the memory allows).
+length decode together in batches of left-padded KV caches (as many as the memory allows); under
+``torchrun`` the batches are shared among the processes.
 
 Before any model loads, the settings are made concrete (:meth:`RulerSettings.resolve`: with ``data``
 the lengths and tasks it holds, unless given) and each checkpoint's lengths are checked against what it
@@ -219,36 +220,34 @@ def load_samples(model: ProbedModel, checkpoint: str | Path, run: RulerRun) -> l
     return list(gen.samples(run.tasks, s.lengths or [], s.samples))
 
 
-def decode_group(
-    model: ProbedModel, task: str, group: list[dict], batch: int, store: Predictions, progress: Progress
-) -> None:
-    """Decode the samples of one task and length that have no prediction yet, ``batch`` at a time,
-    appending each batch's predictions when it ends."""
-    length = group[0]["length"]
+def decode_chunk(model: ProbedModel, task: str, chunk: list[dict], store: Predictions, progress: Progress) -> None:
+    """Decode, as one batch, the samples of ``chunk`` (one task and length) that have no prediction yet,
+    and append their predictions when it ends."""
+    length = chunk[0]["length"]
     done = store.done(task, length)
     progress.describe(f"{task} @ {length:,}")
-    progress.advance(sum(x["index"] in done for x in group))
-    pending = [x for x in group if x["index"] not in done]
+    progress.advance(sum(x["index"] in done for x in chunk))
+    pending = [x for x in chunk if x["index"] not in done]
+    if not pending:
+        return
     stop = [model.tokenizer.eos_id] if model.tokenizer.eos_id is not None else None
-    for start in range(0, len(pending), batch):
-        chunk = pending[start : start + batch]
-        prompts = [torch.tensor([model.encode_prompt(x["input"] + x["answer_prefix"])]) for x in chunk]
-        outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, stop)
-        rows = [
-            {
-                "index": x["index"],
-                "pred": postprocess(model.tokenizer.decode(new)),
-                "outputs": x["outputs"],
-                "token_count": ids.shape[1],
-                "fit": x.get("fit"),
-                "fill": x.get("fill"),
-                "source": x.get("source"),
-                "haystack": x.get("haystack"),
-            }
-            for x, ids, new in zip(chunk, prompts, outputs, strict=True)
-        ]
-        store.append(task, length, rows)
-        progress.advance(len(rows))
+    prompts = [torch.tensor([model.encode_prompt(x["input"] + x["answer_prefix"])]) for x in pending]
+    outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, stop)
+    rows = [
+        {
+            "index": x["index"],
+            "pred": postprocess(model.tokenizer.decode(new)),
+            "outputs": x["outputs"],
+            "token_count": ids.shape[1],
+            "fit": x.get("fit"),
+            "fill": x.get("fill"),
+            "source": x.get("source"),
+            "haystack": x.get("haystack"),
+        }
+        for x, ids, new in zip(pending, prompts, outputs, strict=True)
+    ]
+    store.append(task, length, rows)
+    progress.advance(len(rows))
 
 
 def evaluate(
@@ -267,7 +266,8 @@ def evaluate(
 
     ``batch_size`` samples decode together (``None``: as many as the memory allows, see
     :func:`decode_batch_size`). With ``ranks`` of several processes (``torchrun``) each decodes its share
-    of the (task, length) groups and the first scores them all; the others return an empty frame."""
+    of the batches (each task and length's samples cut into batches alike on every process) and the first
+    scores them all; the others return an empty frame."""
     progress, out, ranks = progress or Silent(), Path(out), ranks or Ranks()
     name = name or checkpoint_name(checkpoint)
     run = settings.resolve()
@@ -280,7 +280,7 @@ def evaluate(
     for length in lengths:
         model.check_length(length)
         batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
-    store = Predictions(out)
+    store = Predictions(out, ranks.rank)
     key = settings.key(checkpoint, model.prompt_start)
     store.check(key)  # before generating: a refusal costs nothing
     samples = load_samples(model, checkpoint, run)  # every process generates the same samples
@@ -292,15 +292,17 @@ def evaluate(
     groups: dict[tuple[str, int], list[dict]] = {}
     for x in samples:
         groups.setdefault((x["task"], x["length"]), []).append(x)
+    # the work items: each task and length's samples in batches, the same batches however many processes
+    chunks = [(task, g[i : i + batch[n]]) for (task, n), g in groups.items() for i in range(0, len(g), batch[n])]
     progress.start(len(samples), name)
     with ranks.together(CHECKPOINT_ERRORS, RulerError):
-        for index, ((task, length), group) in enumerate(groups.items()):
+        for index, (task, chunk) in enumerate(chunks):
             if ranks.mine(index):  # another process decodes the others
-                decode_group(model, task, group, batch[length], store, progress)
-                ranks.did(f"{name} {task} @ {length}")
+                decode_chunk(model, task, chunk, store, progress)
+                ranks.did(f"{name} {task} @ {chunk[0]['length']} samples {chunk[0]['index']}-{chunk[-1]['index']}")
     if not ranks.is_main:
         return pd.DataFrame()
-    progress.advance(sum(len(g) for i, g in enumerate(groups.values()) if not ranks.mine(i)))
+    progress.advance(sum(len(c) for i, (_, c) in enumerate(chunks) if not ranks.mine(i)))
     rows = {f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups}
     table = score_rows(name, tasks, rows)
     scores = aggregate(table, tasks, skipped)

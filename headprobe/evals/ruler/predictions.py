@@ -1,6 +1,8 @@
 """The working files of ``ruler eval``: ``OUT/predictions/<task>-<length>.jsonl``, appended as batches
 finish, so a rerun continues where a run stopped; ``OUT/predictions/run.json`` holds the resume key they
-were made with, and a run with another key is refused instead of mixing predictions."""
+were made with, and a run with another key is refused instead of mixing predictions. Under ``torchrun``
+process ``r > 0`` appends to ``<task>-<length>.p<r>.jsonl`` instead (one writer per file), and every
+reader takes the predictions of all of a task and length's files."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ CLAIM = "run.json"
 class Predictions:
     """The prediction files of one model's evaluation (in ``OUT/predictions/``)."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, writer: int = 0) -> None:
+        """``writer``: the process (rank) whose file :meth:`append` writes and :meth:`done` may repair."""
         self.folder = Path(out) / "predictions"
+        self.writer = writer
 
     def check(self, key: dict[str, Any]) -> bool:
         """Refuse when the folder holds predictions made from something other than ``key``; whether it
@@ -42,28 +46,31 @@ class Predictions:
             atomic_write_text(self.folder / CLAIM, json.dumps(key, indent=2) + "\n")
 
     def path(self, task: str, length: int) -> Path:
-        return self.folder / f"{task}-{length}.jsonl"
+        """This writer's file of ``task`` at ``length``."""
+        tail = "" if self.writer == 0 else f".p{self.writer}"
+        return self.folder / f"{task}-{length}{tail}.jsonl"
 
     def done(self, task: str, length: int) -> dict[int, dict[str, Any]]:
-        """Predictions already written, by sample index (a torn last line from an interruption is dropped)."""
-        path = self.path(task, length)
-        if not path.exists():
-            return {}
-        rows, good = {}, []
-        lines = path.read_text(encoding="utf-8").splitlines()
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            rows[row["index"]] = row
-            good.append(line)
-        if len(good) < len(lines):  # rewritten only to drop a torn line; finished files are left alone
-            atomic_write_text(path, "".join(g + "\n" for g in good))
-        return rows
+        """Predictions already written, in every writer's file, by sample index in increasing order (a torn
+        last line from an interruption is dropped, and removed from this writer's own file)."""
+        own = self.path(task, length)
+        files = [self.folder / f"{task}-{length}.jsonl", *sorted(self.folder.glob(f"{task}-{length}.p*.jsonl"))]
+        rows = {}
+        for path in (f for f in files if f.exists()):
+            good, lines = [], path.read_text(encoding="utf-8").splitlines()
+            for line in lines:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                rows[row["index"]] = row
+                good.append(line)
+            if path == own and len(good) < len(lines):  # only to drop a torn line; others' files are read only
+                atomic_write_text(path, "".join(g + "\n" for g in good))
+        return dict(sorted(rows.items()))
 
     def append(self, task: str, length: int, rows: list[dict[str, Any]]) -> None:
-        """Add finished predictions (one JSON line each)."""
+        """Add finished predictions (one JSON line each) to this writer's file."""
         path = self.path(task, length)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
