@@ -69,6 +69,11 @@ class Ranks:
         """Whether work item ``index`` (numbered alike on every process) is this process's."""
         return index % self.size == self.rank
 
+    def others(self, sizes: list[int]) -> int:
+        """The units of work (``sizes[i]`` in item ``i``) that other processes did: what the first
+        process's progress bar advances by once they are all done."""
+        return sum(n for i, n in enumerate(sizes) if not self.mine(i))
+
     def device(self, device: str) -> str:
         """``device`` for this process: ``cuda`` becomes ``cuda:LOCAL_RANK`` when several share a node."""
         if self.distributed and device == "cuda":

@@ -88,3 +88,12 @@ def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_pat
     # one model's task at one length: its two samples (batches of one) decoded by different processes
     assert {r for r, done in by.items() if any(i.startswith("m0 niah_single_1 @ 512") for i in done)} == {"0", "1"}
     assert any(p.name.endswith(".p1.jsonl") for p in (tmp_path / "two").rglob("predictions/*.jsonl"))
+
+
+def test_items_are_dealt_round_robin_and_the_others_share_is_counted():
+    from headprobe.ranks import Ranks
+
+    r = Ranks(rank=1, size=3)
+    assert [i for i in range(7) if r.mine(i)] == [1, 4]
+    assert r.others([5, 6, 7, 8]) == 5 + 7 + 8  # items 0, 2, 3 belong to processes 0, 2, 0
+    assert Ranks().others([5, 6]) == 0 and all(Ranks().mine(i) for i in range(3))

@@ -224,7 +224,7 @@ def analyze_checkpoint(
                 write(m, item.length, None, pooled)
     if not ranks.is_main:
         return pd.DataFrame()
-    progress.advance(sum(len(item.units()) for i, item in enumerate(plan) if not ranks.mine(i)))
+    progress.advance(ranks.others([len(item.units()) for item in plan]))
     tables = gather_tables(parts, s, metrics)
     summary = summarize(name, tables, metrics)
     schemas = [schema for m in metrics for schema in m.tables]

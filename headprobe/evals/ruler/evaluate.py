@@ -302,7 +302,7 @@ def evaluate(
                 ranks.did(f"{name} {task} @ {chunk[0]['length']} samples {chunk[0]['index']}-{chunk[-1]['index']}")
     if not ranks.is_main:
         return pd.DataFrame()
-    progress.advance(sum(len(c) for i, (_, c) in enumerate(chunks) if not ranks.mine(i)))
+    progress.advance(ranks.others([len(c) for _, c in chunks]))
     rows = {f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups}
     table = score_rows(name, tasks, rows)
     scores = aggregate(table, tasks, skipped)
