@@ -17,7 +17,8 @@ it) are left out of that length's mean, which says so (:mod:`headprobe.evals.rul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -220,11 +221,12 @@ def load_samples(model: ProbedModel, checkpoint: str | Path, run: RulerRun) -> l
     return list(gen.samples(run.tasks, s.lengths or [], s.samples))
 
 
-def decode_chunk(model: ProbedModel, task: str, chunk: list[dict], store: Predictions, progress: Progress) -> None:
-    """Decode, as one batch, the samples of ``chunk`` (one task and length) that have no prediction yet,
-    and append their predictions when it ends."""
+def decode_chunk(
+    model: ProbedModel, task: str, chunk: list[dict], done: Collection[int], store: Predictions, progress: Progress
+) -> None:
+    """Decode, as one batch, the samples of ``chunk`` (one task and length) whose index is not in ``done``
+    (predicted earlier), and append their predictions when it ends."""
     length = chunk[0]["length"]
-    done = store.done(task, length)
     progress.describe(f"{task} @ {length:,}")
     progress.advance(sum(x["index"] in done for x in chunk))
     pending = [x for x in chunk if x["index"] not in done]
@@ -294,11 +296,12 @@ def evaluate(
         groups.setdefault((x["task"], x["length"]), []).append(x)
     # the work items: each task and length's samples in batches, the same batches however many processes
     chunks = [(task, g[i : i + batch[n]]) for (task, n), g in groups.items() for i in range(0, len(g), batch[n])]
+    predicted = functools.cache(lambda task, length: set(store.done(task, length)))  # read once per task, length
     progress.start(len(samples), name)
     with ranks.together(CHECKPOINT_ERRORS, RulerError):
         for index, (task, chunk) in enumerate(chunks):
             if ranks.mine(index):  # another process decodes the others
-                decode_chunk(model, task, chunk, store, progress)
+                decode_chunk(model, task, chunk, predicted(task, chunk[0]["length"]), store, progress)
                 ranks.did(f"{name} {task} @ {chunk[0]['length']} samples {chunk[0]['index']}-{chunk[-1]['index']}")
     if not ranks.is_main:
         return pd.DataFrame()
