@@ -126,8 +126,12 @@ def write_results(
     settings: dict[str, Any],
     tables: Sequence[tuple[Schema, pd.DataFrame]],
 ) -> None:
-    """Write each ``(schema, frame)`` as ``folder/<table>.parquet`` with this run's metadata."""
+    """Write each ``(schema, frame)`` as ``folder/<table>.parquet`` with this run's metadata, and with a
+    ``model`` column (``model`` where the frame has none): every table of a results folder names the model
+    its rows describe (the contract of :func:`headprobe.results.collect`), however the frame was made."""
     for schema, frame in tables:
+        if "model" not in frame.columns:  # e.g. a table combined from per-sample parts (retrieval's)
+            frame = frame.assign(model=model)
         write_table(
             folder / f"{schema.table}.parquet", frame, table_meta(schema.table, model, checkpoint, settings), schema
         )

@@ -1,13 +1,17 @@
 """``headprobe show``: a results folder read back as a few small tables, checkpoints side by side.
 
-Every table comes through :func:`headprobe.results.collect` (recursively: an ``analyze`` output, a
-``ruler eval`` output or a whole study folder), so nothing here knows where a file sits:
+Every table is read as :func:`headprobe.results.collect` reads it (recursively: an ``analyze``, ``ruler
+eval`` or ``shortctx eval`` output or a whole study folder), so nothing here knows where a file sits:
 
 * ``retrieval``: the top heads of each checkpoint by retrieval score (mean over lengths), and per
   checkpoint the heads above the retrieval-head threshold per layer type;
 * ``entropy``, ``reordering``: per-layer-type means, one row per checkpoint;
 * ``erank``: mean effective rank per layer type, one row per checkpoint;
-* ``ruler``: the RULER-style score per length and overall, one row per checkpoint.
+* ``ruler``: the RULER-style score per length and overall, one row per checkpoint;
+* ``shortctx``: short-context accuracy (acc, acc_norm) per task, one row per checkpoint.
+
+A table without a ``model`` column (the ``retrieval`` tables ``analyze`` wrote before every table got one)
+takes the model its metadata names.
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from headprobe.results import collect
+from headprobe.results import read_table
 
-SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler")
+SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx")
 RETRIEVAL_HEAD = 0.1  # Wu et al.'s threshold on the retrieval score
 
 
@@ -30,6 +34,25 @@ class ShownTable:
     title: str
     frame: pd.DataFrame
     note: str = ""
+
+
+def _collect(folder: Path, table: str) -> pd.DataFrame:
+    """Every ``<table>.parquet`` below ``folder`` concatenated, as ``collect(folder, table, recursive=True)``,
+    with a missing ``model`` column taken from each file's metadata (an older results folder); empty when
+    there is none."""
+    frames = []
+    for path in sorted(p for p in folder.rglob(f"{table}.parquet") if p.is_file()):
+        found = read_table(path)
+        frame = found.frame
+        if "model" not in frame.columns:
+            if not found.meta.model:
+                raise ValueError(
+                    f"{path} has no `model` column and its metadata names no model; rerun the command that wrote it"
+                )
+            frame = frame.assign(model=found.meta.model)
+        if len(frame):
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _per_layer_type(frame: pd.DataFrame, what: str) -> ShownTable:
@@ -51,7 +74,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
         raise ValueError(f"unknown `metric` {', '.join(unknown)}; choose from {', '.join(SHOWN)}")
     out: list[ShownTable] = []
     if "retrieval" in wanted:
-        frame = collect(folder, "retrieval", recursive=True)
+        frame = _collect(folder, "retrieval")
         if not frame.empty:
             heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)["value"].mean()
             best = (
@@ -77,11 +100,11 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
             )
     for name in ("entropy", "reordering", "erank"):
         if name in wanted:
-            frame = collect(folder, name, recursive=True)
+            frame = _collect(folder, name)
             if not frame.empty:
                 out.append(_per_layer_type(frame, name))
     if "ruler" in wanted:
-        frame = collect(folder, "ruler_scores", recursive=True)
+        frame = _collect(folder, "ruler_scores")
         if not frame.empty:
             rows = frame[frame["scope"].isin(["length", "overall"])].copy()
             rows["row"] = rows.apply(
@@ -91,9 +114,22 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
             out.append(
                 ShownTable("RULER-style score by length", table, "0-100; mean over the tasks scored at each length")
             )
+    if "shortctx" in wanted:
+        frame = _collect(folder, "shortctx_scores")
+        if not frame.empty:
+            frame = frame.assign(column=frame["task"] + " " + frame["metric"])
+            table = frame.pivot_table(index="model", columns="column", values="value", aggfunc="first", sort=False)
+            out.append(
+                ShownTable(
+                    "short-context accuracy by task",
+                    table,
+                    "0-1; acc: the likeliest choice is right, acc_norm: the likeliest per character",
+                )
+            )
     if not out:
         raise ValueError(
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
-            "erank and ruler_scores Parquet files below it); run `headprobe analyze` or `headprobe ruler eval` first"
+            "erank, ruler_scores and shortctx_scores Parquet files below it); run `headprobe analyze`, "
+            "`headprobe ruler eval` or `headprobe shortctx eval` first"
         )
     return out

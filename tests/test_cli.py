@@ -1,11 +1,16 @@
 import json
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
+import headprobe.analysis.items as items_mod
 from headprobe.cli import app
+from headprobe.cli.progress import progress_bar
+from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.presets import list_presets, preset
 from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 
 runner = CliRunner()
 
@@ -41,3 +46,77 @@ def test_plan_config_file_and_errors(tmp_path):
     assert bad.exit_code != 0 and "unknown scale" in bad.output
     missing = runner.invoke(app, ["plan", "--config", str(tmp_path / "none.json")], env={"COLUMNS": "400"})
     assert missing.exit_code != 0 and "does not exist" in missing.output
+
+
+# ---------------------------------------------------------------------------------------------
+# a failing run does not print a finished progress line
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    torch.manual_seed(0)
+    return save_checkpoint(
+        Transformer(tiny_config(vocab_size=264, max_seq_len=512)), tmp_path_factory.mktemp("c") / "tiny"
+    )
+
+
+@pytest.fixture
+def broken(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "config.json").write_text("{")
+    return folder
+
+
+def analyze_logged(*args: str):
+    """``headprobe analyze`` as in a log file (CliRunner's stderr is no terminal), a progress line per update."""
+    return runner.invoke(
+        app,
+        ["analyze", *args, "--metrics", "entropy", "--lengths", "256", "--samples", "2"],
+        env={"HEADPROBE_PROGRESS_EVERY": "0", "COLUMNS": "300"},
+    )
+
+
+def progress_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("[analyze]")]
+
+
+def test_a_run_whose_checkpoint_fails_to_load_prints_no_finished_progress_line(broken, tmp_path):
+    out = analyze_logged(str(broken), "--out", str(tmp_path / "r"))
+    assert out.exit_code == 1 and "broken/config.json is not valid JSON" in out.output
+    assert "(100%)" not in out.output and progress_lines(out.output) == []  # nothing was done
+
+
+def test_with_one_checkpoint_failing_the_progress_ends_at_the_share_done(broken, tiny, tmp_path):
+    out = analyze_logged(str(broken), str(tiny), "--out", str(tmp_path / "r"))
+    assert out.exit_code == 1 and "broken: " in out.output
+    assert (tmp_path / "r" / "tiny" / "entropy.parquet").is_file()  # the other checkpoint ran
+    assert "(100%)" not in out.output
+    assert progress_lines(out.output)[-1].startswith("[analyze] 2/4 (50%)")  # tiny's 2 samples of 4 units
+
+
+def test_a_checkpoint_failing_during_the_work_leaves_the_progress_where_it_stopped(tiny, tmp_path, monkeypatch):
+    real, calls = items_mod.run_pass, []
+
+    def second_pass_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("the second sample's pass failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(items_mod, "run_pass", second_pass_fails)
+    out = analyze_logged(str(tiny), "--out", str(tmp_path / "r"))
+    assert out.exit_code == 1 and "tiny: the second sample's pass failed" in out.output
+    assert "(100%)" not in out.output
+    assert [line.split(" ")[1] for line in progress_lines(out.output)] == ["1/2"]  # sample 0 done, then the failure
+
+
+def test_progress_lines_end_with_a_last_line_only_when_the_block_succeeds(capsys):
+    with progress_bar("job") as bar:  # stderr is captured, not a terminal: progress lines, one per 30 s
+        bar.start(1)
+        bar.advance()  # too soon for a line
+    assert capsys.readouterr().err.startswith("[job] 1/1 (100%)")
+    with pytest.raises(RuntimeError), progress_bar("job") as bar:
+        bar.start(1)
+        bar.advance()
+        raise RuntimeError("failed after the last unit")
+    assert capsys.readouterr().err == ""

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from headprobe.cli import app
-from headprobe.results import TableMeta, write_table
+from headprobe.model.checkpoint import save_checkpoint
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
+from headprobe.results import TableMeta, read_table, write_table
+from headprobe.study import StudySettings, run_study
+from headprobe.testing import random_grid, tiny_config
 
 
 def _write(folder, table: str, model: str, rows: list[dict]) -> None:
@@ -84,3 +93,140 @@ def test_a_folder_without_results_or_an_unknown_metric_is_a_clear_error(results,
     assert out.exit_code == 2 and "unknown --metric loss; choose from retrieval, entropy" in out.output
     out = show(str(tmp_path / "nowhere"))
     assert out.exit_code == 2 and "is not a folder" in out.output
+
+
+# ---------------------------------------------------------------------------------------------
+# `show` on what every results-producing command wrote (a random tiny checkpoint, 1 sample, short lengths)
+# ---------------------------------------------------------------------------------------------
+NAME = "probe-me"  # the checkpoint's folder name: the model name every table and every printed row carries
+CONFIG = tiny_config(vocab_size=264, max_seq_len=1024)
+
+
+def run(*args: str):
+    out = CliRunner().invoke(app, [*args, "--no-progress"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory):
+    """``analyze`` (every metric), ``ruler eval`` and ``shortctx eval`` of one random tiny checkpoint, through
+    the command line, and a one-seed study of random tiny runs (:func:`headprobe.testing.random_grid`)."""
+    root = tmp_path_factory.mktemp("outputs")
+    torch.manual_seed(0)
+    ckpt = save_checkpoint(Transformer(CONFIG), root / NAME, ByteTokenizer())
+    run("analyze", str(ckpt), "--lengths", "256", "--samples", "1", "--max-new-tokens", "8", "--out", str(root / "a"))
+    run("ruler", "eval", str(ckpt), "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1",
+        "--out", str(root / "r"))  # fmt: skip
+    run("shortctx", "eval", str(ckpt), "--limit", "12", "--out", str(root / "s"))
+    settings = StudySettings(
+        probes=["needle@60"], probe_samples=1, analysis_runs=["pt"], analysis_metrics=["retrieval"],
+        analysis_lengths=[256], analysis_samples=1, ruler_runs=[], shortctx_runs=["pt"],
+    )  # fmt: skip
+    run_study(root / "study", lambda runs: random_grid(runs, ["toy-a"], [0]), settings)
+    return root
+
+
+def heads_per_layer_type() -> dict[str, int]:
+    """The tiny model's heads per layer type, from its config."""
+    counts: dict[str, int] = {}
+    for layer, kind in enumerate(CONFIG.layer_types()):
+        counts[str(kind)] = counts.get(str(kind), 0) + CONFIG.attention(layer).n_heads
+    return counts
+
+
+def table_header(text: str, title: str) -> list[str]:
+    """The column names of the printed table titled ``title``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(title))
+    header = next(line for line in lines[start + 1 :] if line.startswith("┃"))
+    return [cell.strip() for cell in header.strip().strip("┃").split("┃")]
+
+
+def test_every_table_of_every_command_names_its_model(outputs):
+    """The contract of ``headprobe.results.collect``: every table written per model has a ``model`` column
+    holding that model's name (retrieval's head table, combined from per-sample parts, once had none)."""
+    found = {}
+    for path in sorted(outputs.rglob("*.parquet")):
+        if "parts" in path.parts or "tables" in path.parts:
+            continue  # resume parts; the study's own joined tables
+        frame = read_table(path).frame
+        assert "model" in frame.columns, path
+        found.setdefault(path.stem, set()).update(frame["model"])
+    assert found == {
+        "retrieval": {NAME, "toy-a-s0-pt-final"},
+        "retrieval_samples": {NAME, "toy-a-s0-pt-final"},
+        "retrieval_copies": {NAME, "toy-a-s0-pt-final"},
+        "analysis_summary": {NAME, "toy-a-s0-pt-final"},
+        "entropy": {NAME},
+        "reordering": {NAME},
+        "erank": {NAME},
+        "ruler_samples": {NAME},
+        "ruler_scores": {NAME},
+        "shortctx_items": {NAME, "toy-a-s0-pt-final"},
+        "shortctx_scores": {NAME, "toy-a-s0-pt-final"},
+    }
+
+
+def test_show_on_analyze_output_prints_every_metric_for_the_model(outputs):
+    text = show(str(outputs / "a")).output
+    heads = heads_per_layer_type()
+    assert heads == {"full": 2, "sliding": 12}  # 3 sliding layers x 4 heads, 1 full layer x 2
+    # a random model answers no needle: no head has a score, so none is a retrieval head
+    assert not read_table(outputs / "a" / NAME / "retrieval_samples.parquet").frame["kept"].any()
+    assert table_header(text, "retrieval heads") == ["model", "full", "sliding"]
+    assert table_rows(text, "retrieval heads") == [[NAME, f"0 of {heads['full']}", f"0 of {heads['sliding']}"]]
+    assert table_rows(text, "retrieval: top 10 heads") == []  # no head scored above 0
+    for metric in ("entropy", "reordering", "erank"):
+        frame = pd.read_parquet(outputs / "a" / NAME / f"{metric}.parquet")
+        means = frame.groupby("layer_type")["value"].mean()
+        title = f"{metric}: mean per layer type"
+        assert table_header(text, title) == ["model", *means.index]
+        assert table_rows(text, title) == [[NAME, *(f"{v:.3f}" for v in means)]]
+    assert "RULER-style" not in text and "short-context" not in text
+
+
+def test_show_on_ruler_and_shortctx_output_prints_their_scores(outputs):
+    text = show(str(outputs / "r")).output
+    samples = pd.read_parquet(outputs / "r" / "ruler_samples.parquet")
+    assert len(samples) == 1 and samples["length"].tolist() == [512]
+    score = f"{samples['score'].mean():.3f}"  # one task at one length: the length's and the overall score
+    assert table_header(text, "RULER-style score by length") == ["model", "512", "overall"]
+    assert table_rows(text, "RULER-style score by length") == [[NAME, score, score]]
+    assert "retrieval heads" not in text
+
+    text = show(str(outputs / "s")).output
+    items = pd.read_parquet(outputs / "s" / "shortctx_items.parquet")
+    assert len(items) == 12
+    acc = (items["pred"] == items["label"]).mean()
+    acc_norm = (items["pred_norm"] == items["label"]).mean()
+    assert table_header(text, "short-context accuracy by task") == ["model", "builtin acc", "builtin acc_norm"]
+    assert table_rows(text, "short-context accuracy by task") == [[NAME, f"{acc:.3f}", f"{acc_norm:.3f}"]]
+
+
+def test_show_on_a_study_folder_finds_the_tables_below_it(outputs):
+    out = show(str(outputs / "study"))
+    assert out.exit_code == 0, out.output
+    heads = heads_per_layer_type()
+    model = "toy-a-s0-pt-final"  # the run analysed, named by member, seed and run
+    assert table_rows(out.output, "retrieval heads") == [[model, f"0 of {heads['full']}", f"0 of {heads['sliding']}"]]
+    assert [row[0] for row in table_rows(out.output, "short-context accuracy by task")] == [model]
+    assert "entropy" not in out.output and "RULER-style" not in out.output  # not measured in this study
+
+
+def test_a_table_written_without_a_model_column_takes_its_metadatas_model(outputs, tmp_path):
+    """Results folders written before every table had a ``model`` column (analyze's retrieval table) still
+    show; a table whose metadata names no model either is one clear error, not a traceback."""
+    old = tmp_path / "old"
+    shutil.copytree(outputs / "a", old)
+    path = old / NAME / "retrieval.parquet"
+    table = read_table(path)
+    write_table(path, table.frame.drop(columns="model"), table.meta)
+    assert "model" not in pd.read_parquet(path).columns
+    out = show(str(old), "--metric", "retrieval")
+    assert out.exit_code == 0, out.output
+    assert table_rows(out.output, "retrieval heads") == [[NAME, "0 of 2", "0 of 12"]]
+    write_table(path, table.frame.drop(columns="model"), dataclasses.replace(table.meta, model=None))
+    out = show(str(old), "--metric", "retrieval")
+    assert out.exit_code == 2 and "Traceback" not in out.output
+    assert "retrieval.parquet has no model column and its metadata names no model" in out.output

@@ -278,12 +278,9 @@ def analyze(
     progress.start(per_checkpoint * len(checkpoints), "analyze")
 
     def job(path: Path, name: str) -> pd.DataFrame:
-        counted = _Counted(progress)
-        try:
-            return analyze_checkpoint(path, name, out, settings, device, memory_limit, counted, ranks)
-        except CHECKPOINT_ERRORS:
-            progress.advance(per_checkpoint - counted.n)  # the bar still ends full
-            raise
+        # units count as they are done: a checkpoint that fails leaves the units it did not do uncounted
+        # (the bar of a run with a failure does not end full as if they had been done)
+        return analyze_checkpoint(path, name, out, settings, device, memory_limit, progress, ranks)
 
     with ranks.held_by_main(folder_lock(out)):
         report = run_each(checkpoints, job, progress, out)
@@ -291,23 +288,3 @@ def analyze(
         if report.results and ranks.is_main:  # nothing is written when every checkpoint failed
             write_run_record(out, "analyze", settings.to_dict(), report)
     return report
-
-
-class _Counted:
-    """A :class:`Progress` that passes everything on and counts the units advanced."""
-
-    def __init__(self, inner: Progress) -> None:
-        self.inner, self.n = inner, 0
-
-    def start(self, total: int, description: str = "") -> None:
-        self.inner.start(total, description)
-
-    def advance(self, n: int = 1) -> None:
-        self.n += n
-        self.inner.advance(n)
-
-    def describe(self, description: str) -> None:
-        self.inner.describe(description)
-
-    def log(self, message: str) -> None:
-        self.inner.log(message)

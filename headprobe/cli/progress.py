@@ -84,6 +84,8 @@ class LineProgress:
         self.total, self.done, self.what = total, 0, description
 
     def advance(self, n: int = 1) -> None:
+        if not n:  # nothing done (e.g. no other process's share): no line repeating the last count
+            return
         self.done += n
         self._line()
 
@@ -108,13 +110,12 @@ def progress_bar(
 ) -> Iterator[RichProgress]:
     """A :class:`RichProgress` for the duration of the block (``enabled=False``: log lines only); log lines
     name settings as the flags of ``ctx``'s command. When stderr is not a terminal (a log file), a
-    :class:`LineProgress` instead: a progress line every :data:`LINE_EVERY` seconds."""
+    :class:`LineProgress` instead: a progress line every :data:`LINE_EVERY` seconds, and a last one when the
+    block ends, only if it ends without an error (a failed run's last line would claim a finished count)."""
     if enabled and not sys.stderr.isatty():
         lines = LineProgress(title, command_flags(ctx))
-        try:
-            yield lines  # type: ignore[misc]
-        finally:
-            lines.finish()
+        yield lines  # type: ignore[misc]
+        lines.finish()  # not reached when the block raised
         return
     columns = [
         TextColumn(f"[bold]{title}" + " {task.fields[what]}"),

@@ -12,14 +12,18 @@ from headprobe.cli.common import fail, wide_console, words
 
 def show(
     ctx: typer.Context,
-    results: Annotated[Path, typer.Argument(help="a results folder (analyze, ruler eval or study output)")],
+    results: Annotated[
+        Path, typer.Argument(help="a results folder (analyze, ruler eval, shortctx eval or study output)")
+    ],
     metric: Annotated[
-        str | None, typer.Option(help="comma list of retrieval, entropy, reordering, erank, ruler (default: all)")
+        str | None,
+        typer.Option(help="comma list of retrieval, entropy, reordering, erank, ruler, shortctx (default: all)"),
     ] = None,
     top: Annotated[int, typer.Option(help="retrieval heads listed per checkpoint")] = 10,
 ) -> None:
     """Print what a results folder holds as small tables, checkpoints side by side: the top retrieval
-    heads, retrieval-head counts and per-layer-type means, RULER-style scores. No pandas needed."""
+    heads, retrieval-head counts and per-layer-type means, RULER-style scores, short-context accuracy. No
+    pandas needed."""
     from rich.table import Table
 
     from headprobe.show import show_tables
