@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import loop_attention
+from reference import dense_probs, loop_attention
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from headprobe.model import attention as attn_mod
 from headprobe.model.attention import AttentionBackendError, FlexBackend, attention, select_backend
@@ -30,6 +31,9 @@ CASES = {
     "qk<v": (2, 2, 41, 41, 8, 32, None),
     "qk<v-window": (2, 1, 41, 41, 8, 20, 7),  # v_dim not a multiple of qk_dim
     "qk>v-full-gqa": (4, 2, 41, 41, 64, 16, None),
+    "gqa-decode-1": (6, 2, 1, 50, 16, 16, None),
+    "gqa-chunk-window": (6, 2, 5, 50, 16, 24, 7),
+    "gqa-chunk-qk>v": (8, 2, 3, 50, 32, 8, None),
 }
 
 
@@ -93,7 +97,9 @@ def test_flex_compiled_matches_reference():
             torch.testing.assert_close(got.double(), ref, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("case", ["window", "gqa", "qk>v", "qk<v-window", "chunk-after-cache-full", "causal"])
+@pytest.mark.parametrize(
+    "case", ["window", "gqa", "qk>v", "qk<v-window", "chunk-after-cache-full", "causal", "gqa-chunk-window"]
+)
 def test_sdpa_gradients_match_reference(case):
     q, k, v, window = make(case, torch.float64, requires_grad=True)
     w = torch.randn(q.shape[0], q.shape[1], q.shape[2], v.shape[-1], dtype=torch.float64)
@@ -240,6 +246,124 @@ def test_sdpa_property(groups, kv_heads, k_len, q_frac, qk, v, window, block):
     got = attn_mod.SdpaBackend(block_q=block)(q, k, val, attn_mod.CausalMask(window), qk**-0.5)
     torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)
     assert not math.isnan(float(got.sum()))
+
+
+def dense_attention(q, k, v, window, scale):
+    """Float64 attention from the dense probability matrix of ``tests/reference.py`` (query head ``h``
+    reads kv head ``h // groups``), independent of every backend. ``[B, H, Lq, Dv]``."""
+    probs = dense_probs(q, k, window, scale)
+    return probs @ v.double().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+
+
+def gqa_decode_inputs(groups, q_len, k_len, dims, dtype=torch.float32, kv_heads=2, batch=2, spare=37):
+    """A decode step as the model makes it: q ``[B, heads, q_len, qk]`` transposed from ``[B, q_len, heads,
+    qk]``, k/v the first ``k_len`` entries of a cache buffer with spare room (non-contiguous views)."""
+    qk, dv = dims
+    h = groups * kv_heads
+    q = torch.randn(batch, q_len, h, qk, dtype=torch.float64).to(dtype).transpose(1, 2)
+    k = torch.randn(batch, kv_heads, k_len + spare, qk, dtype=torch.float64).to(dtype)[:, :, :k_len]
+    v = torch.randn(batch, kv_heads, k_len + spare, dv, dtype=torch.float64).to(dtype)[:, :, :k_len]
+    return q, k, v
+
+
+DECODE_DIMS = {"16/16": (16, 16), "16/40": (16, 40), "32/8": (32, 8), "16/32": (16, 32)}
+
+
+@pytest.mark.parametrize("dims", list(DECODE_DIMS))
+@pytest.mark.parametrize("window", [None, 5, "k_len+1"])
+@pytest.mark.parametrize("k_len", [9, 300, 2048])
+@pytest.mark.parametrize("q_len", [1, 4])
+@pytest.mark.parametrize("groups", [1, 3, 4])
+def test_gqa_decode_steps_match_dense_reference(groups, q_len, k_len, window, dims):
+    """Decode steps and short query blocks after a cache, grouped-query, against dense float64: SDPA
+    (with its CPU v-splitting when the widths differ), the reference backend, and the left-padded
+    decode path with no padding."""
+    torch.manual_seed(groups * 1000 + q_len * 100 + k_len)
+    window = k_len + 1 if window == "k_len+1" else window
+    q, k, v = gqa_decode_inputs(groups, q_len, k_len, DECODE_DIMS[dims])
+    scale = q.shape[-1] ** -0.5
+    want = dense_attention(q, k, v, window, scale)
+    no_pad = attn_mod.KeyPadding(torch.zeros(q.shape[0], dtype=torch.long))
+    with torch.no_grad():
+        got = {
+            "sdpa": attention(q, k, v, window=window, backend="sdpa"),
+            "sdpa-block3": attn_mod.SdpaBackend(block_q=3)(q, k, v, attn_mod.CausalMask(window), scale),
+            "reference": attention(q, k, v, window=window, backend="reference"),
+            "padded": attention(q, k, v, window=window, padding=no_pad),
+        }
+    for name, out in got.items():
+        assert out.shape == want.shape and out.dtype == torch.float32, name
+        torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "flex-eager"])
+@pytest.mark.parametrize("window", [None, 6])
+def test_gqa_decode_steps_bfloat16(backend, window):
+    q, k, v = gqa_decode_inputs(3, 1, 700, (16, 16), torch.bfloat16)
+    want = dense_attention(q, k, v, window, 0.25)
+    with torch.no_grad():
+        got = cpu_backends()[backend](q, k, v, attn_mod.CausalMask(window), 0.25)
+    torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=3e-2)
+
+
+@pytest.mark.parametrize("window", [None, 64])
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_gqa_padded_decode_matches_unpadded_rows(q_len, window):
+    """Left-padded batched decoding with grouped heads: each row equals that row alone without its padding."""
+    q, k, v = gqa_decode_inputs(3, q_len, 500, (16, 24))
+    start = torch.tensor([0, 123])
+    with torch.no_grad():
+        got = attention(q, k, v, window=window, padding=attn_mod.KeyPadding(start))
+    for row, first in enumerate(start.tolist()):
+        want = dense_attention(q[row : row + 1], k[row : row + 1, :, first:], v[row : row + 1, :, first:], window, 0.25)
+        torch.testing.assert_close(got[row : row + 1].double(), want, atol=1e-5, rtol=0)
+
+
+class _FreshAllocations(TorchDispatchMode):
+    """Records the element count of every tensor an aten op returns in new storage (views and in-place
+    results share their input's storage and are not counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest: tuple[int, str] = (0, "")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {
+            t.untyped_storage().data_ptr()
+            for t in torch.utils._pytree.tree_leaves((args, kwargs))
+            if isinstance(t, torch.Tensor)
+        }
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                self.largest = max(self.largest, (t.numel(), f"{func} -> {tuple(t.shape)}"))
+        return out
+
+
+@pytest.mark.parametrize("path", ["sdpa", "reference", "padded"])
+@pytest.mark.parametrize("dims", [(64, 64), (64, 128), (64, 40), (32, 8)])
+@pytest.mark.parametrize("window", [None, 1000])
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_gqa_decode_step_never_copies_the_cache(monkeypatch, path, dims, window, q_len):
+    """A decode step reads the kv cache in place: no op may allocate a tensor the size of the cache's keys
+    (the grouped expansion allocates ``groups`` times that), and ``_expand_kv`` is not called. The one
+    allowed cache-sized buffer is the zero-padded tail of ``v`` that SDPA's CPU kernel needs when
+    ``v_dim`` is not a multiple of ``qk_dim``."""
+    groups, k_len = 4, 2048
+    q, k, v = gqa_decode_inputs(groups, q_len, k_len, dims, batch=1)
+
+    def no_expansion(*args, **kwargs):
+        raise AssertionError("_expand_kv called during a decode step")
+
+    monkeypatch.setattr(attn_mod, "_expand_kv", no_expansion)
+    padded_tail = path == "sdpa" and dims[1] % dims[0] != 0
+    allowed = k.numel() if padded_tail else k.numel() // 2
+    padding = attn_mod.KeyPadding(torch.tensor([100])) if path == "padded" else None
+    spy = _FreshAllocations()
+    with torch.no_grad(), spy:
+        out = attention(q, k, v, window=window, backend="auto" if padding else path, padding=padding)
+    assert out.shape == (1, q.shape[1], q_len, dims[1])
+    assert spy.largest[0] <= allowed, f"allocated {spy.largest[1]}; the cache's keys are {tuple(k.shape)}"
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -17,6 +17,8 @@ reference   dense math in the input dtype (float64 works); builds ``q_len x k_le
 sdpa        PyTorch SDPA. Sliding windows run query blocks against their key band (memory grows as
             ``L * window``, never ``L^2``). On CPU, whose fused kernel needs ``qk_dim == v_dim``,
             ``v`` is zero-padded/split into ``qk_dim``-wide chunks so the fused kernel still runs.
+            Grouped-query calls after a cache (decode steps) fold each kv head's query heads into
+            its query rows and read ``k``/``v`` in place, never copying the cache per step.
 flex        FlexAttention (compiled) with a block mask. CPU: forward only (no backward in PyTorch).
 flash       flash-attn (CUDA, fp16/bf16, ``qk_dim == v_dim <= 256``); window ``(W-1, 0)``.
 triton      our FlashAttention-style kernel (:mod:`headprobe.model.kernels.attention`): any
@@ -90,9 +92,29 @@ class AttentionShape:
 
 
 def _expand_kv(x: Tensor, heads: int) -> Tensor:
-    """``[B, Hkv, L, D] -> [B, heads, L, D]``: query head ``h`` reads kv head ``h // (heads // Hkv)``."""
+    """``[B, Hkv, L, D] -> [B, heads, L, D]``: query head ``h`` reads kv head ``h // (heads // Hkv)``.
+
+    A copy of the keys or values ``heads // Hkv`` times over: only for whole-sequence causal calls, where
+    it is ``O(L)`` beside ``O(L^2)`` attention. Calls after a cache fold the groups into the query rows
+    (:func:`_fold_groups`) and read the cache in place.
+    """
     groups = heads // x.shape[1]
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _fold_groups(q: Tensor, kv_heads: int) -> Tensor:
+    """``q: [B, heads, Lq, D] -> [B, kv_heads, groups * Lq, D]``, row ``g * Lq + i`` being query ``i`` of head
+    ``kv * groups + g``: every query head that reads one kv head, stacked as rows against that head.
+
+    A view when ``Lq == 1`` or ``q`` is contiguous, else a copy of ``q`` (small beside the keys)."""
+    b, h, lq, d = q.shape
+    return q.reshape(b, kv_heads, (h // kv_heads) * lq, d)
+
+
+def _unfold_groups(out: Tensor, heads: int) -> Tensor:
+    """Inverse of :func:`_fold_groups` on the output: ``[B, kv_heads, groups * Lq, Dv] -> [B, heads, Lq, Dv]``."""
+    b, hkv, rows, dv = out.shape
+    return out.reshape(b, heads, rows // (heads // hkv), dv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,15 +138,16 @@ class ReferenceBackend:
         b, h, lq, _ = q.shape
         hkv, lk = k.shape[1], k.shape[2]
         work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
-        # grouped-query heads by broadcasting: [B, Hkv, groups, Lq, D] against [B, Hkv, 1, Lk, D]
-        qg = q.to(work).view(b, hkv, h // hkv, lq, q.shape[-1])
-        scores = (qg @ k.to(work)[:, :, None].transpose(-1, -2)) * scale
+        # grouped-query heads folded into the query rows: [B, Hkv, groups * Lq, D] against [B, Hkv, Lk, D].
+        # (Broadcasting [B, Hkv, groups, Lq, D] @ [B, Hkv, 1, D, Lk] instead makes matmul copy k groups times.)
+        scores = (_fold_groups(q.to(work), hkv) @ k.to(work).transpose(-1, -2)) * scale
+        scores = scores.view(b, hkv, h // hkv, lq, lk)
         visible = mask.dense(lq, lk, device=q.device)  # [Lq, Lk]
         if key_valid is not None:
             visible = visible & key_valid[:, None, None, None, :]  # [B, 1, 1, Lq, Lk]
-        scores = scores.masked_fill(~visible, float("-inf"))
-        out = scores.softmax(dim=-1) @ v.to(work)[:, :, None]
-        return out.reshape(b, h, lq, v.shape[-1]).to(q.dtype)
+        probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+        out = probs.view(b, hkv, -1, lk) @ v.to(work)  # [B, Hkv, groups * Lq, Dv]
+        return _unfold_groups(out, h).to(q.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,9 +161,14 @@ class SdpaBackend:
     """PyTorch ``scaled_dot_product_attention`` without any ``L x L`` tensor.
 
     * full causal, ``q_len == k_len``: one call with ``is_causal=True`` (fused kernels tile it);
-    * ``q_len == 1``: one call without a mask;
+    * ``q_len == 1``: one call without a mask against the keys the query can see;
     * otherwise (sliding windows, or a query block after a cache): query blocks of ``block_q`` rows,
       each against only the keys some row of the block can see, with a ``block_q x band`` mask.
+
+    Grouped-query heads: the whole-sequence causal call runs on keys/values expanded to ``heads``;
+    every other call folds each kv head's query heads into its rows (``[B, kv_heads, groups * rows, D]``,
+    the mask's rows repeated per group) and reads ``k``/``v`` in place, so a decode step never copies
+    the cache.
 
     Only SDPA's fused kernels are allowed; inputs that none accepts raise instead of silently taking
     the math kernel, which materialises ``L x L``.
@@ -155,15 +183,21 @@ class SdpaBackend:
         return None
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
+        """``q: [B, heads, q_len, qk_dim]``, ``k: [B, kv_heads, k_len, qk_dim]``,
+        ``v: [B, kv_heads, k_len, v_dim]`` -> ``[B, heads, q_len, v_dim]``."""
         h = q.shape[1]
-        k, v = _expand_kv(k, h), _expand_kv(v, h)
+        if q.shape[2] == k.shape[2] and mask.covers(k.shape[2]):
+            # the one is_causal call over a whole sequence cannot fold groups into rows (its mask is by row)
+            k, v = _expand_kv(k, h), _expand_kv(v, h)
         qk_dim, v_dim = q.shape[-1], v.shape[-1]
         if v_dim != qk_dim and q.device.type == "cpu":
             # CPU's fused kernel requires v_dim == qk_dim, else SDPA falls back to the L^2 math path.
-            # Attention is linear in v: run qk_dim-wide slices of a zero-padded v and concatenate.
-            n_chunks = -(-v_dim // qk_dim)
-            v_pad = F.pad(v, (0, n_chunks * qk_dim - v_dim))
-            outs = [self._banded(q, k, chunk, mask, scale) for chunk in v_pad.split(qk_dim, dim=-1)]
+            # Attention is linear in v: run qk_dim-wide slices of v (views; only a narrower last slice is
+            # zero-padded, a copy) and concatenate.
+            chunks = list(v.split(qk_dim, dim=-1))
+            if chunks[-1].shape[-1] < qk_dim:
+                chunks[-1] = F.pad(chunks[-1], (0, qk_dim - chunks[-1].shape[-1]))
+            outs = [self._banded(q, k, chunk, mask, scale) for chunk in chunks]
             return torch.cat(outs, dim=-1)[..., :v_dim]
         return self._banded(q, k, v, mask, scale)
 
@@ -184,10 +218,11 @@ class SdpaBackend:
 
     def _banded_fused(self, q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
         q_len, k_len = q.shape[2], k.shape[2]
-        if q_len == 1 and mask.covers(k_len):
-            return F.scaled_dot_product_attention(q, k, v, scale=scale)
         if q_len == k_len and mask.covers(k_len):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        if q_len == 1:
+            lo, _ = mask.key_range(k_len - 1)  # every key in [lo, k_len) is visible: no mask
+            return _grouped_sdpa(q, k[:, :, lo:], v[:, :, lo:], None, scale)
         offset = k_len - q_len  # absolute position of query 0
         outs = []
         for start in range(0, q_len, self.block_q):
@@ -197,12 +232,29 @@ class SdpaBackend:
             q_pos = torch.arange(offset + start, offset + stop, device=q.device)[:, None]
             k_pos = torch.arange(lo, hi, device=q.device)[None, :]
             block_mask = mask.visible(q_pos, k_pos)
-            outs.append(
-                F.scaled_dot_product_attention(
-                    q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], attn_mask=block_mask, scale=scale
-                )
-            )
+            outs.append(_grouped_sdpa(q[:, :, start:stop], k[:, :, lo:hi], v[:, :, lo:hi], block_mask, scale))
         return torch.cat(outs, dim=2)
+
+
+def _grouped_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """One SDPA call with grouped-query heads folded into the query rows, ``k``/``v`` read in place.
+
+    Args:
+        q: ``[B, heads, rows, qk_dim]``.
+        k: ``[B, kv_heads, keys, qk_dim]``.
+        v: ``[B, kv_heads, keys, v_dim]``.
+        mask: ``[rows, keys]`` bool (``True`` = visible) or ``None``.
+
+    Returns:
+        ``[B, heads, rows, v_dim]``.
+    """
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads == kv_heads:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if mask is not None:
+        mask = mask.repeat(heads // kv_heads, 1)  # folded row g * rows + i is query row i
+    out = F.scaled_dot_product_attention(_fold_groups(q, kv_heads), k, v, attn_mask=mask, scale=scale)
+    return _unfold_groups(out, heads)
 
 
 # ---------------------------------------------------------------------------------------------
