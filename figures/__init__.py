@@ -1,17 +1,24 @@
-"""Every figure and table of the study, drawn from result files alone (``headprobe figures``).
+"""Every figure and table of the study, and the per-model figures of any model's results, drawn from
+result files alone (``headprobe figures``).
 
 One module per figure or table, each with a :class:`~figures.spec.Spec` named ``SPEC``; :data:`SPECS`
-lists them in the order the report shows them. :func:`draw` draws all (or some) of them from a
-results folder into a folder of files, skipping those whose inputs are missing.
+lists them in the order the report shows them: the study's (from a ``headprobe study`` folder), then
+the per-model ones (from ``headprobe analyze`` / ``headprobe ruler eval`` / ablation results of any
+model, a panel or a colour per model). :func:`draw` draws all (or some) of them from a results folder
+into a folder of files, skipping those whose inputs are missing.
 """
 
 from __future__ import annotations
 
 from figures import (
+    ablation,
     attention_entropy,
     effective_rank,
     frozen_cpt,
     loss_vs_retrieval,
+    model_layers,
+    model_retrieval_heads,
+    model_ruler,
     probes,
     qk_vs_v,
     retrieval_heads,
@@ -21,10 +28,10 @@ from figures import (
     short_context,
     token_reordering,
 )
-from figures.draw import DrawReport, draw
+from figures.draw import DrawReport, draw, nothing_drawn
 from figures.spec import Spec
 
-SPECS: tuple[Spec, ...] = tuple(
+STUDY_SPECS: tuple[Spec, ...] = tuple(
     m.SPEC
     for m in (
         ruler_by_length,
@@ -41,5 +48,12 @@ SPECS: tuple[Spec, ...] = tuple(
         short_context,
     )
 )
+"""The study's figures and tables: a ``headprobe study`` folder's members, seeds and runs."""
 
-__all__ = ["SPECS", "DrawReport", "Spec", "draw"]
+MODEL_SPECS: tuple[Spec, ...] = tuple(m.SPEC for m in (model_retrieval_heads, model_layers, model_ruler, ablation))
+"""The per-model figures: any model's ``analyze``, ``ruler eval`` and ablation results (models that are not
+runs of a study in the folder), a panel or a colour per model."""
+
+SPECS: tuple[Spec, ...] = STUDY_SPECS + MODEL_SPECS
+
+__all__ = ["MODEL_SPECS", "SPECS", "STUDY_SPECS", "DrawReport", "Spec", "draw", "nothing_drawn"]

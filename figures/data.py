@@ -2,8 +2,10 @@
 
 A results folder is what ``headprobe study`` (or the ``analyses/`` scripts) writes: the study's tables
 under ``tables/`` (``study_runs`` names every run's ``model`` with its ``member``, ``seed``, ``run``),
-and per-model tables below it (``analysis/<model>/entropy.parquet``, ``ruler/<model>/...``). Figures
-read only through :class:`Results`, which reads only through :mod:`headprobe.results`.
+and per-model tables below it (``analysis/<model>/entropy.parquet``, ``ruler/<model>/...``); or what
+``headprobe analyze`` / ``headprobe ruler eval`` (or an ablation run) write for any model, with no study
+around it: ``OUT/<model>/<table>.parquet``, read by :meth:`Results.models`. Figures read only through
+:class:`Results`, which reads only through :mod:`headprobe.results`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from headprobe.results import ResultsError, collect
+from headprobe.results import ResultsError, TableMeta, collect, read_meta, read_table
 
 WHO = ["member", "seed", "run"]
+MODEL_TABLES = ("retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation")  # per-model figures
 
 
 class MissingInput(LookupError):
@@ -28,11 +31,15 @@ class Results:
 
     folder: Path
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    _per_model: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
         if not self.folder.is_dir():
-            raise ResultsError(f"results folder {self.folder} does not exist (give the folder a study wrote)")
+            raise ResultsError(
+                f"results folder {self.folder} does not exist "
+                "(give the folder that `headprobe study`, `analyze` or `ruler eval` wrote)"
+            )
 
     def raw(self, table: str) -> pd.DataFrame:
         """Every ``<table>.parquet`` below the folder, concatenated (empty when there is none)."""
@@ -54,7 +61,10 @@ class Results:
             return frame
         runs = self.runs()
         if runs.empty:
-            raise MissingInput(f"{table!r} rows name only models; no 'study_runs' table says which member each is")
+            raise MissingInput(
+                f"{table!r} rows name only models; no 'study_runs' table says which member each is "
+                "(the per-model figures draw them)"
+            )
         labels = runs[["model", *WHO]].drop_duplicates("model")
         joined = frame.drop(columns=[c for c in WHO if c in frame.columns]).merge(labels, on="model", how="inner")
         if joined.empty:
@@ -69,3 +79,64 @@ class Results:
             if "member" in frame.columns:
                 names |= set(frame["member"].dropna())
         return sorted(names)
+
+    def per_model(self, table: str) -> pd.DataFrame:
+        """Every ``<table>.parquet`` below the folder, concatenated, each row with its ``model``: the
+        table's own column, else the model its metadata names, else its folder's name (empty when there
+        is none). Rows repeated by a rerun into another folder (same model and same key columns) count once."""
+        if table not in self._per_model:
+            frames = []
+            for path in sorted(p for p in self.folder.rglob(f"{table}.parquet") if p.is_file()):
+                read = read_table(path)
+                frame = read.frame
+                if "model" not in frame.columns:
+                    frame = frame.assign(model=read.meta.model or path.parent.name)
+                if len(frame):
+                    frames.append(frame)
+            self._per_model[table] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return self._per_model[table]
+
+    def models(self, table: str, keys: list[str] | None = None) -> pd.DataFrame:
+        """:meth:`per_model` rows of models that are not runs of a study in this folder (``study_runs``
+        names those; the study's figures draw them), one row per ``model`` x ``keys`` (the last one read
+        where folders repeat it). Raises :class:`MissingInput` when none is left, saying why."""
+        frame = self.per_model(table)
+        if frame.empty:
+            raise MissingInput(f"no {table!r} table under {self.folder}")
+        runs = self.runs()
+        if "model" in runs.columns:
+            frame = frame[~frame["model"].isin(set(runs["model"]))]
+            if frame.empty:
+                raise MissingInput(
+                    f"every {table!r} table here belongs to a run of the study ('study_runs'), which the study's "
+                    "figures draw; give one model's folder (e.g. analysis/<model>) to draw it alone"
+                )
+        if keys:
+            frame = frame.drop_duplicates(["model", *keys], keep="last")
+        return frame.reset_index(drop=True)
+
+    def sources(self, tables: list[str]) -> list[tuple[Path, TableMeta]]:
+        """Each ``<table>.parquet`` of ``tables`` below the folder (relative path) with what produced it."""
+        out = []
+        for table in tables:
+            for path in sorted(p for p in self.folder.rglob(f"{table}.parquet") if p.is_file()):
+                meta = read_meta(path)
+                if meta is not None:
+                    out.append((path.relative_to(self.folder), meta))
+        return out
+
+    def absent(self, family: str) -> str | None:
+        """Why the folder holds no results of a spec family (``None`` when it holds some): ``study``, any
+        ``study_*`` table; ``model``, a :data:`MODEL_TABLES` table with rows of a model that is not a run
+        of the folder's study."""
+        if family == "study":
+            if any(p.is_file() for p in self.folder.rglob("study_*.parquet")):
+                return None
+            return "not a study's results folder (no study_* table: `headprobe study` writes them)"
+        for table in MODEL_TABLES:
+            try:
+                self.models(table)
+                return None
+            except MissingInput:
+                continue
+        return f"no model's own results ({', '.join(MODEL_TABLES)}) beside the study's runs"

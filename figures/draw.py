@@ -23,11 +23,13 @@ FORMATS = ("png", "pdf", "svg")
 
 @dataclass
 class DrawReport:
-    """What :func:`draw` wrote (``name -> files``) and skipped (``name -> why``)."""
+    """What :func:`draw` wrote (``name -> files``), skipped (``name -> why``), and left out because the
+    folder is not their kind (``absent``: a study's figures in a model's folder, or the reverse)."""
 
     out: Path
     drawn: dict[str, list[Path]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    absent: dict[str, str] = field(default_factory=dict)  # specs of a family the folder holds no results of
 
 
 def figure_bytes(fig, fmt: str) -> bytes:
@@ -48,11 +50,18 @@ def save_figure(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
     return out
 
 
-def built(data: Results, specs: Sequence[Spec], skipped: dict[str, str]) -> Iterator[tuple[Spec, Any]]:
+def built(
+    data: Results, specs: Sequence[Spec], skipped: dict[str, str], absent: dict[str, str] | None = None
+) -> Iterator[tuple[Spec, Any]]:
     """Each spec with what its ``build`` made from ``data`` (in the house style); a spec whose inputs are
-    missing goes to ``skipped`` (``name -> why``) instead."""
+    missing goes to ``skipped`` (``name -> why``) instead, and one of a family the folder holds no results
+    of (:meth:`Results.absent`) to ``absent`` (to ``skipped`` when ``absent`` is not given)."""
     style.apply()
     for spec in specs:
+        why = data.absent(spec.family)
+        if why is not None:
+            (skipped if absent is None else absent)[spec.name] = why
+            continue
         try:
             yield spec, spec.build(data)
         except MissingInput as err:
@@ -68,7 +77,8 @@ def draw(
 ) -> DrawReport:
     """Draw ``specs`` (those named in ``only``, when given) from the results folder ``results`` into ``out``:
     figures as ``<name>.<format>``, tables as ``<name>.md``/``.tex``/``.csv``. A spec whose inputs are
-    missing is skipped and reported, not fatal."""
+    missing is skipped and reported, not fatal; one of a family the folder holds nothing of (a study's
+    figure in a model's folder, or the reverse) is left out (``absent``)."""
     bad = sorted(set(formats) - set(FORMATS))
     if bad:
         raise ValueError(f"unknown figure format(s) {bad}; choose from {', '.join(FORMATS)}")
@@ -79,10 +89,28 @@ def draw(
     data = Results(Path(results))
     report = DrawReport(Path(out))
     chosen = [s for s in specs if not only or s.name in only]
-    for spec, made in built(data, chosen, report.skipped):
+    for spec, made in built(data, chosen, report.skipped, report.absent):
         stem = report.out / spec.name
         if spec.kind == "table":
             report.drawn[spec.name] = tables.write(made, stem)
         else:
             report.drawn[spec.name] = save_figure(made, stem, formats)
     return report
+
+
+WRITERS = (
+    ("`headprobe study`", "study_*"),
+    ("`headprobe analyze`", "retrieval, entropy, erank"),
+    ("`headprobe ruler eval`", "ruler_scores, ruler_samples"),
+    ("an ablation run", "ablation"),
+)
+
+
+def nothing_drawn(results: str | Path, specs: Sequence[Spec], what: str = "draw") -> str:
+    """Why nothing could be drawn from ``results``: the tables every spec looked for, and what writes them."""
+    tables = list(dict.fromkeys(t for s in specs for t in s.inputs))
+    writers = "; ".join(f"{cmd} writes {names}" for cmd, names in WRITERS)
+    return (
+        f"nothing to {what} from {results}: looked below it for the tables the figures read "
+        f"({', '.join(tables)}) and found none a figure could use ({writers})"
+    )

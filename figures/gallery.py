@@ -1,8 +1,10 @@
-"""The docs' figure page: ``python -m figures.gallery RESULTS [--docs DOCS]``.
+"""The docs' figure page: ``python -m figures.gallery RESULTS [--also MODELS ...] [--docs DOCS]``.
 
 Draws every figure a results folder allows into ``DOCS/img/<name>.png`` and writes ``DOCS/figures.md``:
-each figure or table of :data:`figures.SPECS` in order, with its one line on how to read it (tables inline
-as Markdown), the command that made the page, and what could not be drawn. Rerun it on new results and
+each figure or table of :data:`figures.SPECS` in order, with its one line on how to read it, the tables
+it reads (tables inline as Markdown), the command that made the page, and what could not be drawn. A
+figure that ``RESULTS`` (a study) cannot draw is drawn from the first ``--also`` folder that can (a
+model's ``analyze`` / ``ruler eval`` results, for the per-model figures). Rerun it on new results and
 the page follows; it never holds a number the results do not.
 """
 
@@ -10,18 +12,52 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
 
 from figures import SPECS
 from figures.data import Results
 from figures.draw import built, save_figure
+from figures.spec import Spec
 from figures.tables import Table
 from headprobe.model.atomic import atomic_write_text
 from headprobe.study.tables import markdown
 
+WRITTEN_BY = {  # which command writes each table a figure reads, for the page's "Reads" lines
+    "retrieval": "headprobe analyze",
+    "entropy": "headprobe analyze",
+    "erank": "headprobe analyze",
+    "reordering": "headprobe analyze",
+    "ruler_scores": "headprobe ruler eval",
+    "ruler_samples": "headprobe ruler eval",
+    "ablation": "an ablation run",
+}
 
-def gallery(results: str | Path, docs: str | Path, command: str) -> str:
-    """Draw the figures of ``results`` into ``docs/img`` and write ``docs/figures.md``; returns the page."""
+
+def reads(spec: Spec) -> str:
+    """The page's line on a figure's inputs: each table and what writes it."""
+    return "Reads " + ", ".join(f"`{t}` ({WRITTEN_BY.get(t, 'headprobe study')})" for t in spec.inputs) + "."
+
+
+def _drawn(folders: Sequence[Path], skipped: dict[str, str]):
+    """Each spec built from the first folder that can draw it (``skipped``: why the last could not)."""
+    why: dict[str, str] = {}
+    for spec in SPECS:
+        for folder in folders:
+            why.pop(spec.name, None)
+            made = next(built(Results(folder), [spec], why), None)
+            if made is not None:
+                yield made
+                break
+        else:
+            skipped[spec.name] = why[spec.name]
+
+
+def gallery(
+    results: str | Path, docs: str | Path, command: str, also: Sequence[str | Path] = (), also_command: str = ""
+) -> str:
+    """Draw the figures of ``results`` (and what it cannot draw, from ``also``) into ``docs/img`` and write
+    ``docs/figures.md``; returns the page."""
     results, docs = Path(results), Path(docs)
     skipped: dict[str, str] = {}
     lines = [
@@ -33,10 +69,13 @@ def gallery(results: str | Path, docs: str | Path, command: str) -> str:
         "them on one HTML page, and `make demo` / `headprobe study` do both at the end. Colours follow the head",
         "shape (darker = wider heads; asymmetric members in their own hues); small dots are single seeds, large",
         "ones their mean; stars are the study's published values, drawn only for members of its scale.",
+        "The per-model figures (retrieval heads, entropy and effective rank by layer, RULER-style grid,",
+        "ablation) draw any model's `headprobe analyze` / `headprobe ruler eval` / ablation results, a panel",
+        "or a colour per model" + (f"; here from `{also_command}`." if also and also_command else "."),
         "",
     ]
-    for spec, made in built(Results(results), SPECS, skipped):
-        lines += [f"## {spec.title}", "", f"*{spec.how_to_read}*", ""]
+    for spec, made in _drawn([results, *map(Path, also)], skipped):
+        lines += [f"## {spec.title}", "", f"*{spec.how_to_read}*", "", reads(spec), ""]
         if isinstance(made, Table):
             lines += [markdown(made.cells), "", *(f"{note}\n" for note in made.notes)]
         else:
@@ -54,8 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("results", help="a results folder (what `headprobe study` wrote)")
     parser.add_argument("--docs", default="docs", help="the docs folder (default: docs)")
     parser.add_argument("--command", default="make study", help="what made the results, for the page")
+    parser.add_argument("--also", nargs="*", default=[], help="folders to draw what RESULTS cannot (per-model)")
+    parser.add_argument("--also-command", default="", help="what made the --also results, for the page")
     args = parser.parse_args(argv)
-    gallery(args.results, args.docs, args.command)
+    gallery(args.results, args.docs, args.command, args.also, args.also_command)
     print(f"wrote {Path(args.docs) / 'figures.md'} and its images in {Path(args.docs) / 'img'}")
 
 

@@ -94,8 +94,14 @@ def length_axis(ax: Axes, lengths: Sequence[int]) -> None:
     """A log2 axis of context lengths labelled 512, 1K, 2K, ..."""
     ax.set_xscale("log", base=2)
     ticks = sorted(set(int(x) for x in lengths))
-    ax.set_xticks(ticks, [f"{t // 1024}K" if t >= 1024 and t % 1024 == 0 else str(t) for t in ticks])
+    ax.set_xticks(ticks, [length_label(t) for t in ticks])
     ax.minorticks_off()
+
+
+def length_label(tokens: int) -> str:
+    """A context length as figures print it: 512, 1K, 128K (``K`` only for whole multiples of 1024)."""
+    tokens = int(tokens)
+    return f"{tokens // 1024}K" if tokens >= 1024 and tokens % 1024 == 0 else str(tokens)
 
 
 def published(ax: Axes, xs: Sequence[float], ys: Sequence[float], label: str = "published (the study)") -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from figures.data import Results
+from figures.data import MissingInput, Results
 from figures.draw import built, figure_bytes
 from figures.spec import Spec
 from figures.tables import Table
@@ -45,6 +45,7 @@ class ReportPage:
     html: str
     shown: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    absent: dict[str, str] = field(default_factory=dict)  # not this folder's kind (figures.draw.DrawReport)
 
 
 def _png(fig) -> str:
@@ -86,29 +87,61 @@ def caveats(data: Results) -> list[str]:
         out.append(f"One seed ({seeds[0]}): no spread can be shown; differences between members may be seed noise.")
     elif seeds:
         out.append(f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): cells are the mean ± sd over seeds.")
+    out += _unscored(data)
     out.append(
         "Haystacks, needles and RULER-style tasks are generated offline from headprobe's built-in corpus and "
         "word lists; RULER-style scores follow RULER's templates and scoring but not its essay haystacks."
     )
-    out.append("Values marked as published are the study's own numbers, drawn for comparison; all others are ours.")
+    if not runs.empty:
+        out.append("Values marked as published are the study's own numbers, drawn for comparison; all others are ours.")
     return out
 
 
-def _settings(results: Path) -> str:
+def _unscored(data: Results) -> list[str]:
+    """A caveat per model (not a study run) whose retrieval analysis kept no needle sample."""
+    try:
+        heads = data.models("retrieval", ["length", "layer", "head"])
+    except MissingInput:
+        return []
+    out = []
+    for model, rows in heads.groupby("model", sort=True):
+        per_length = rows.drop_duplicates("length")
+        if per_length["n_kept"].sum() == 0:
+            out.append(
+                f"{model} answered none of its {int(per_length['n_samples'].sum())} needle samples (ROUGE-1 "
+                "recall > 0.5 needed): its heads have no retrieval score, so its retrieval heatmap is grey."
+            )
+    return out
+
+
+MODEL_TABLES = ["retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation"]
+
+
+def _settings(results: Path, data: Results) -> str:
     meta = read_meta(table_path(results / "tables", "study_runs"))
-    if meta is None:
-        return "<p>No <code>tables/study_runs.parquet</code>: the settings that produced these results are unknown.</p>"
-    record = {"settings": meta.settings, "command": meta.command, "versions": meta.versions, "created": meta.created}
-    return f"<pre>{html.escape(json.dumps(record, indent=2, default=str))}</pre>"
+    if meta is not None:
+        record = {"settings": meta.settings, "command": meta.command, "versions": meta.versions,
+                  "created": meta.created}  # fmt: skip
+        return f"<pre>{html.escape(json.dumps(record, indent=2, default=str))}</pre>"
+    runs: dict[str, dict] = {}  # the per-model tables, grouped by the command and settings that wrote them
+    for path, m in data.sources(MODEL_TABLES):
+        key = json.dumps([m.command, m.settings], sort_keys=True, default=str)
+        runs.setdefault(key, {"tables": [], "command": m.command, "settings": m.settings, "versions": m.versions,
+                              "created": m.created})["tables"].append(str(path))  # fmt: skip
+    if not runs:
+        return ("<p>No <code>tables/study_runs.parquet</code> nor per-model tables: the settings that produced these "
+                "results are unknown.</p>")  # fmt: skip
+    return "".join(f"<pre>{html.escape(json.dumps(r, indent=2, default=str))}</pre>" for r in runs.values())
 
 
 def report_page(results: str | Path, specs: Sequence[Spec], title: str | None = None) -> ReportPage:
-    """The report of ``results`` (a folder ``headprobe study`` wrote) as one HTML string."""
+    """The report of ``results`` (a folder ``headprobe study``, ``analyze``, ``ruler eval`` or an ablation
+    run wrote) as one HTML string."""
     results = Path(results)
     data = Results(results)
     page = ReportPage("")
     sections = []
-    for spec, made in built(data, specs, page.skipped):
+    for spec, made in built(data, specs, page.skipped, page.absent):
         sections.append(_section(spec, made))
         page.shown.append(spec.name)
     title = title or f"headprobe report: {results.name}"
@@ -128,7 +161,7 @@ def report_page(results: str | Path, specs: Sequence[Spec], title: str | None = 
     ]
     if skipped:
         parts.append(f'<h2 id="skipped">Not drawn</h2><ul class="skipped">{skipped}</ul>')
-    parts += ['<h2 id="settings">Settings</h2>', _settings(results), "</body></html>"]
+    parts += ['<h2 id="settings">Settings</h2>', _settings(results, data), "</body></html>"]
     page.html = "\n".join(parts) + "\n"
     return page
 

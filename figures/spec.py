@@ -21,6 +21,10 @@ class Spec:
         how_to_read: one line for docs/figures.md and the report.
         build: ``build(results) -> Figure | Table``; raises :class:`figures.data.MissingInput` when its
             inputs are absent.
+        family: ``study`` (drawn from a study's folder: its members, seeds and runs) or ``model`` (drawn
+            from any model's own results, a panel or colour per model). A folder holding no results of a
+            spec's family is not that spec's kind of folder: the spec is left out, not reported as skipped
+            (:meth:`figures.data.Results.absent`).
     """
 
     name: str
@@ -29,3 +33,4 @@ class Spec:
     inputs: tuple[str, ...]
     how_to_read: str
     build: Callable[[Results], Any]
+    family: str = "study"

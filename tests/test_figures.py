@@ -301,11 +301,20 @@ def test_short_context_table(results):
     assert row["arc acc"] == "31.2 ± 8.8" and row["arc acc_norm"] == "37.5 ± 8.8"  # 25 and 37.5; +6.25
 
 
+MODEL_FIGURES = {"model_retrieval_heads", "model_layers", "model_ruler", "ablation"}
+
+
 def test_a_missing_table_is_skipped_and_said(results, tmp_path):
     (results / "tables" / "study_heads.parquet").unlink()
     report = figures.draw(results, tmp_path / "figs", figures.SPECS)
     assert set(report.skipped) == {"retrieval_heads", "retrieval_heads_table"}
     assert "study_heads" in report.skipped["retrieval_heads"]
+    # the per-model figures draw no study run (its entropy, erank and RULER tables are the study's): a study
+    # folder is not their kind, so they are left out, not reported as skipped
+    assert {s.name for s in figures.MODEL_SPECS} == set(report.absent) == MODEL_FIGURES
+    assert "no model's own results" in report.absent["model_layers"]
+    with pytest.raises(MissingInput, match="belongs to a run of the study"):
+        Results(results).models("entropy")
     assert (tmp_path / "figs" / "ruler_by_length.png").stat().st_size > 1000
     assert {p.suffix for p in report.drawn["ruler_table"]} == {".md", ".tex", ".csv"}
     with pytest.raises(MissingInput):
@@ -338,7 +347,9 @@ def test_the_report_embeds_every_figure_and_table_and_loads_nothing_from_elsewhe
     (results / "tables" / "study_shortctx.parquet").unlink()
     page = report_page(results, figures.SPECS)
     assert page.skipped.keys() == {"short_context"} and "study_shortctx" in page.skipped["short_context"]
-    assert page.shown == [s.name for s in figures.SPECS if s.name != "short_context"]
+    assert page.shown == [s.name for s in figures.STUDY_SPECS if s.name != "short_context"]
+    assert set(page.absent) == MODEL_FIGURES and "Not drawn" in page.html  # only short_context is said not drawn
+    assert "model_layers" not in page.html
     images = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,([^"]+)"', page.html)
     shown_figures = [s for s in figures.SPECS if s.name in page.shown and s.kind == "figure"]
     assert [alt for alt, _ in images] == [html.escape(s.title) for s in shown_figures]
@@ -353,7 +364,7 @@ def test_the_report_embeds_every_figure_and_table_and_loads_nothing_from_elsewhe
 def test_report_command(results, tmp_path):
     out = CliRunner().invoke(app, ["report", str(results), "--out", str(tmp_path / "r.html")])
     assert out.exit_code == 0, out.output
-    assert f"report: {tmp_path / 'r.html'} ({len(figures.SPECS)} figures and tables)" in out.output
+    assert f"report: {tmp_path / 'r.html'} ({len(figures.STUDY_SPECS)} figures and tables)" in out.output
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -387,7 +398,7 @@ def test_the_report_opens_in_a_browser_without_errors_and_every_image_loads(resu
         finally:
             browser.close()
     assert not errors, errors
-    assert len(loaded) == sum(s.kind == "figure" for s in figures.SPECS) and all(loaded)
+    assert len(loaded) == sum(s.kind == "figure" for s in figures.STUDY_SPECS) and all(loaded)
     assert headings[0] == "caveats" and headings[-1] == "settings"
     assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network
 
@@ -396,7 +407,7 @@ def test_the_docs_gallery_shows_every_figure_it_drew_and_every_table_inline(resu
     from figures.gallery import main
 
     (results / "tables" / "study_heads.parquet").unlink()
-    skipped = {"retrieval_heads", "retrieval_heads_table"}  # as test_a_missing_table_is_skipped_and_said finds
+    skipped = {"retrieval_heads", "retrieval_heads_table"} | MODEL_FIGURES  # as test_a_missing_table_... finds
     main([str(results), "--docs", str(tmp_path / "docs"), "--command", "pytest fixture"])
     page = (tmp_path / "docs" / "figures.md").read_text()
     titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
@@ -407,3 +418,312 @@ def test_the_docs_gallery_shows_every_figure_it_drew_and_every_table_inline(resu
         assert image.is_file() == drawn and (f"](img/{spec.name}.png)" in page) == drawn
         assert (f"*{spec.how_to_read}*" in page) == (spec.name not in skipped)
     assert "| 32.5 ± 7.1 |" in page and "`retrieval_heads`: no 'study_heads' table" in page and "pytest fixture" in page
+
+
+# ---- per-model figures: any model's analyze / ruler eval / ablation results, no study around them ----
+
+ALPHA_HEADS = {0: ("sliding", 2), 1: ("full", 3), 2: ("full", 3)}  # layer -> type, heads (layer 0 has fewer)
+ALPHA_KEPT = {512: 2, 1024: 1}  # kept needle samples per length, of 4 each
+
+
+def alpha_score(length: int, layer: int, head: int) -> float:
+    return 0.1 * layer + 0.05 * head if length == 512 else 0.4 - 0.1 * layer + 0.2 * head
+
+
+def alpha_pooled(layer: int, head: int) -> float:
+    """The score over every kept sample: each length's score weighted by its kept samples."""
+    return sum(ALPHA_KEPT[n] * alpha_score(n, layer, head) for n in ALPHA_KEPT) / sum(ALPHA_KEPT.values())
+
+
+def _model_table(folder, model_name, table, rows, with_model=True):
+    frame = pd.DataFrame(rows)
+    if not with_model:  # as analyze's retrieval table was written for a while: the model only in the metadata
+        frame = frame.drop(columns=["model"])
+    meta = TableMeta(
+        table=table,
+        model=model_name,
+        command=["headprobe", "analyze", f"ckpt/{model_name}"],
+        settings={"lengths": sorted({r.get("length") for r in rows if r.get("length") is not None})},
+    )
+    write_table(folder / model_name / f"{table}.parquet", frame, meta)  # fmt: skip
+
+
+@pytest.fixture()
+def analyzed(tmp_path):
+    """What `headprobe analyze --metrics retrieval,entropy,erank` writes for two models: alpha (a sliding
+    layer with fewer heads, two lengths) and beta (answered no needle sample: no score)."""
+    out = tmp_path / "analyzed"
+    _model_table(out, "alpha", "retrieval", [
+        {"model": "alpha", "layer": layer, "head": h, "layer_type": kind, "value": alpha_score(n, layer, h),
+         "n_kept": ALPHA_KEPT[n], "n_samples": 4, "length": n}
+        for n in ALPHA_KEPT for layer, (kind, heads) in ALPHA_HEADS.items() for h in range(heads)
+    ], with_model=False)  # fmt: skip
+    _model_table(out, "beta", "retrieval", [
+        {"model": "beta", "layer": layer, "head": h, "layer_type": "full", "value": math.nan, "n_kept": 0,
+         "n_samples": 5, "length": 512}
+        for layer in range(2) for h in range(2)
+    ])  # fmt: skip
+    _model_table(out, "alpha", "entropy", [
+        {"model": "alpha", "layer": layer, "head": h, "layer_type": kind, "value": 1.0,
+         "norm_value": 0.2 * layer + 0.1 * h + 0.05 * s, "max_prob": 0.5, "mean_distance": 3.0, "length": 512,
+         "sample": s}
+        for layer, (kind, heads) in ALPHA_HEADS.items() for h in range(heads) for s in range(2)
+    ])  # fmt: skip
+    _model_table(out, "beta", "entropy", [
+        {"model": "beta", "layer": layer, "head": h, "layer_type": "full", "value": 1.0, "norm_value": 0.9,
+         "max_prob": 0.5, "mean_distance": 3.0, "length": 512, "sample": 0}
+        for layer in range(2) for h in range(2)
+    ])  # fmt: skip
+    _model_table(out, "alpha", "erank", [
+        {"model": "alpha", "layer": layer, "site": "embed" if layer < 0 else "block_out",
+         "layer_type": "embedding" if layer < 0 else ALPHA_HEADS[layer][0], "value": 10.0 + layer, "centered": 1.0,
+         "tokens": 100, "length": 512, "samples": 2}
+        for layer in (-1, 0, 1, 2)
+    ])  # fmt: skip
+    return out
+
+
+def _image(fig, gid):
+    (image,) = [im for ax in fig.axes for im in ax.get_images() if im.get_gid() == gid]
+    return image
+
+
+def test_retrieval_heatmap_holds_each_heads_pooled_score_and_masks_what_has_none(analyzed):
+    from figures import model_retrieval_heads
+
+    fig = model_retrieval_heads.build(Results(analyzed))
+    scores = _image(fig, "scores:alpha").get_array()
+    assert scores.shape == (3, 3)  # 3 layers x the widest layer's 3 heads
+    for layer, (_, heads) in ALPHA_HEADS.items():
+        for h in range(heads):
+            assert not scores.mask[layer, h] and scores[layer, h] == pytest.approx(alpha_pooled(layer, h))
+    assert scores[1, 2] == pytest.approx((2 * 0.2 + 0.7) / 3)  # by hand: 0.2 at 512 (2 kept), 0.7 at 1024 (1 kept)
+    assert scores.mask[0, 2]  # layer 0 has two heads: a blank cell ...
+    assert not _image(fig, "no-score:alpha").get_array()[..., 3].any()  # ... not a grey one
+    beta = _image(fig, "scores:beta").get_array()
+    assert beta.shape == (2, 2) and beta.mask.all()  # no sample kept: no score anywhere ...
+    assert _image(fig, "no-score:beta").get_array()[..., 3].all()  # ... and every head grey
+    titles = {ax.get_title().split("\n")[0]: ax.get_title() for ax in fig.axes if ax.get_title()}
+    hits = sum(alpha_pooled(layer, h) >= 0.1 for layer, (_, n) in ALPHA_HEADS.items() for h in range(n))
+    assert "kept 3 of 8 needle samples" in titles["alpha"] and f"{hits} of 8 heads ≥ 0.1" in titles["alpha"]
+    assert "512, 1K tokens" in titles["alpha"]
+    assert "no needle sample answered (0 of 5)" in titles["beta"] and "grey" in titles["beta"]
+    strip = next(ax for ax in fig.axes if any(im.get_gid() == "layer-types:alpha" for im in ax.get_images()))
+    assert [t.get_text() for t in strip.texts] == ["S", "F", "F"]
+    (rings,) = [c for ax in fig.axes for c in ax.collections if c.get_label() == "_retrieval heads:alpha"]
+    assert sorted(map(tuple, rings.get_offsets().astype(int))) == sorted(
+        (h, layer) for layer, (_, n) in ALPHA_HEADS.items() for h in range(n) if alpha_pooled(layer, h) >= 0.1
+    )
+    legend = " ".join(t.get_text() for t in fig.legends[0].get_texts()) + fig.legends[0].get_title().get_text()
+    assert "no score (no sample kept)" in legend and "no such head" in legend and "S = sliding window" in legend
+    plt.close(fig)
+
+
+def test_a_thirty_layer_nine_head_model_gets_every_layer_labelled(tmp_path):
+    from figures import model_retrieval_heads
+
+    _model_table(tmp_path, "smol", "retrieval", [
+        {"model": "smol", "layer": layer, "head": h, "layer_type": "full", "value": (layer * 9 + h) / 270,
+         "n_kept": 3, "n_samples": 10, "length": 1024}
+        for layer in range(30) for h in range(9)
+    ])  # fmt: skip
+    style.apply()
+    fig = model_retrieval_heads.build(Results(tmp_path))
+    image = _image(fig, "scores:smol")
+    assert image.get_array()[17, 3] == pytest.approx((17 * 9 + 3) / 270)
+    strip = next(ax for ax in fig.axes if ax.get_ylabel() == "layer")
+    assert [t for t in strip.get_yticks()] == list(range(30))  # every layer named
+    width, height = fig.get_size_inches()
+    assert height / 30 >= 0.12 and width <= 4.5  # rows tall enough for a 6 pt label, one column wide
+    plt.close(fig)
+
+
+def test_entropy_and_effective_rank_by_layer(analyzed):
+    from figures import model_layers
+
+    fig = model_layers.build(Results(analyzed))
+    entropy, erank = fig.axes
+    x, y = _lines(entropy)["alpha:512"].get_data()
+    # per head the mean over samples 0 and 1 (+0.025), then the mean over the layer's heads (0.05 / 0.1)
+    assert list(x) == [0, 1, 2] and list(y) == pytest.approx([0.075, 0.325, 0.525])
+    assert list(_lines(entropy)["beta:512"].get_data()[1]) == pytest.approx([0.9, 0.9])
+    x, y = _lines(erank)["alpha:512"].get_data()
+    assert list(x) == [-1, 0, 1, 2] and list(y) == pytest.approx([9.0, 10.0, 11.0, 12.0])
+    assert "beta:512" not in _lines(erank)  # beta has no erank table
+    assert erank.get_xticklabels()[0].get_text() == "emb"
+    (open_points,) = [c for c in entropy.collections if c.get_label() == "_other:alpha:512"]
+    assert list(open_points.get_offsets()[:, 0]) == [0]  # layer 0 is the sliding one: drawn open
+    (heads,) = [c for c in entropy.collections if c.get_label() == "_heads:alpha:512"]
+    assert len(heads.get_offsets()) == 8  # every head a dot
+    plt.close(fig)
+
+
+def test_the_ruler_grid_holds_each_score_and_marks_a_partial_mean(tmp_path):
+    from figures import model_ruler
+
+    rows = [("task", "niah_single_1", 1024, 80.0, 4, None), ("task", "niah_single_1", 2048, 40.0, 4, None),
+            ("task", "vt", 1024, 60.0, 4, None), ("length", None, 1024, 70.0, 2, 2), ("length", None, 2048, 40.0, 1, 2),
+            ("overall", None, None, 55.0, 2, None)]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["scope", "task", "length", "score", "n", "n_tasks"]).assign(model="gamma")
+    frame = frame.assign(length=frame.length.astype("Int64"), n_tasks=frame.n_tasks.astype("Int64"), fit="ruler")
+    write_table(tmp_path / "gamma" / "ruler_scores.parquet", frame, TableMeta(table="ruler_scores", model="gamma"))
+    fig = model_ruler.build(Results(tmp_path))
+    grid = _image(fig, "scores:gamma").get_array()
+    assert grid.shape == (3, 2) and grid[0].tolist() == [80.0, 40.0] and grid[2].tolist() == [70.0, 40.0]
+    assert grid[1, 0] == 60.0 and grid.mask[1, 1]  # vt was not evaluated at 2K
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["niah_single_1", "vt", "mean over tasks"]
+    texts = [t.get_text() for t in ax.texts]
+    assert "40.0*" in texts and "70.0" in texts and "–" in texts and "4 samples per cell" in ax.get_title()
+    assert "*: mean over the tasks scored there" in fig.get_supxlabel()
+    plt.close(fig)
+
+
+def test_the_ruler_grid_from_samples_alone_is_the_mean_of_sample_scores(tmp_path):
+    from figures import model_ruler
+
+    scores = {("niah_single_1", 1024): [100.0, 0.0, 100.0, 100.0], ("qa_1", 1024): [50.0, 0.0]}
+    rows = [{"model": "gamma", "task": t, "length": n, "sample": i, "pred": "x", "outputs": ["x"], "score": v,
+             "token_count": n - 50, "fit": "ruler", "fill": 0.9, "source": "builtin", "haystack": "essay"}
+            for (t, n), values in scores.items() for i, v in enumerate(values)]  # fmt: skip
+    write_table(tmp_path / "gamma" / "ruler_samples.parquet", pd.DataFrame(rows), TableMeta(table="ruler_samples"))
+    fig = model_ruler.build(Results(tmp_path))
+    grid = _image(fig, "scores:gamma").get_array()
+    assert grid[:, 0].tolist() == pytest.approx([75.0, 25.0, 50.0])  # each task's mean, then their mean
+    assert "2-4 samples per cell" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
+# an ablation run's cells: (condition, n_heads, seed, task, length, depth) -> (accuracy, n)
+ABLATION = {
+    ("baseline", 0, -1, "needle", 1024, 25.0): (1.0, 4), ("baseline", 0, -1, "needle", 1024, 75.0): (0.5, 2),
+    ("baseline", 0, -1, "needle", 2048, 25.0): (0.75, 4), ("baseline", 0, -1, "needle", 2048, 75.0): (0.25, 2),
+    ("top", 2, -1, "needle", 1024, 25.0): (0.25, 4), ("top", 2, -1, "needle", 1024, 75.0): (0.0, 2),
+    ("top", 2, -1, "needle", 2048, 25.0): (0.0, 4), ("top", 2, -1, "needle", 2048, 75.0): (0.5, 2),
+    ("baseline", 0, -1, "niah_single_1", 1024, math.nan): (0.9, 10),
+    ("top", 2, -1, "niah_single_1", 1024, math.nan): (0.3, 10),
+}  # fmt: skip
+RANDOM = {0: (0.75, 1.0), 1: (1.0, 0.0), 2: (0.5, 0.5)}  # seed -> accuracy at depth 25 (n 4) and 75 (n 2)
+for _seed, (_a, _b) in RANDOM.items():
+    for _length, _shift in ((1024, 0.0), (2048, -0.25)):
+        ABLATION[("random", 2, _seed, "needle", _length, 25.0)] = (_a + _shift, 4)
+        ABLATION[("random", 2, _seed, "needle", _length, 75.0)] = (_b, 2)
+
+
+@pytest.fixture()
+def ablated(tmp_path):
+    rows = [
+        {"model": "delta", "condition": c, "mode": "none" if c == "baseline" else "zero",
+         "heads": {"baseline": "", "top": "1.0,2.1"}.get(c, f"0.{seed + 1},1.1"), "n_heads": k, "seed": seed,
+         "task": task, "length": length, "depth": depth, "accuracy": acc, "n": n}
+        for (c, k, seed, task, length, depth), (acc, n) in ABLATION.items()
+    ]  # fmt: skip
+    out = tmp_path / "ablated"
+    write_table(out / "delta" / "ablation.parquet", pd.DataFrame(rows), TableMeta(table="ablation", model="delta"))
+    return out
+
+
+def test_ablation_lines_are_n_weighted_over_depths_and_random_spans_its_seeds(ablated):
+    from figures import ablation
+
+    fig = ablation.build(Results(ablated))
+    axes = {ax.get_gid(): ax for ax in fig.axes if ax.get_gid()}
+    assert set(axes) == {"delta:needle", "delta:niah_single_1"}
+    lines = _lines(axes["delta:needle"])
+    x, y = lines["baseline (nothing ablated)"].get_data()
+    assert list(x) == [1024, 2048] and list(y) == pytest.approx([(4 * 1.0 + 2 * 0.5) / 6, (4 * 0.75 + 2 * 0.25) / 6])
+    assert list(lines["top 2 (zero)"].get_data()[1]) == pytest.approx([(4 * 0.25 + 0) / 6, (0 + 2 * 0.5) / 6])
+    per_seed = {n: [(4 * (a + s) + 2 * b) / 6 for a, b in RANDOM.values()] for n, s in ((1024, 0.0), (2048, -0.25))}
+    mean = lines["random 2 (zero): mean, min-max over 3 seeds"].get_data()[1]
+    assert list(mean) == pytest.approx([np.mean(per_seed[1024]), np.mean(per_seed[2048])])
+    (ranges,) = [c for c in axes["delta:needle"].collections if c.get_label() == "_range:random 2 (zero)"]
+    for segment, n in zip(ranges.get_segments(), (1024, 2048), strict=True):
+        assert sorted(segment[:, 1]) == pytest.approx([min(per_seed[n]), max(per_seed[n])])
+    (band,) = [c for c in axes["delta:needle"].collections if c.get_label() == "_band:random 2 (zero)"]
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(min(per_seed[2048])) and ys.max() == pytest.approx(max(per_seed[1024]))
+    (seeds,) = [c for c in axes["delta:needle"].collections if c.get_label() == "_seeds:random 2 (zero)"]
+    assert sorted(seeds.get_offsets()[:, 1]) == pytest.approx(sorted(per_seed[1024] + per_seed[2048]))
+    one = _lines(axes["delta:niah_single_1"])  # no depth: one cell per length
+    assert list(one["baseline (nothing ablated)"].get_data()[1]) == pytest.approx([0.9])
+    assert list(one["top 2 (zero)"].get_data()[1]) == pytest.approx([0.3])
+    assert "delta" in fig.get_suptitle() and "mean-ablated" not in fig.get_suptitle()
+    plt.close(fig)
+
+
+@pytest.fixture()
+def ruled(tmp_path):
+    """What `headprobe ruler eval` writes for one model (its scores table alone)."""
+    rows = [{"model": "gamma", "scope": "task", "task": "vt", "length": 1024, "score": 50.0, "n": 2, "fit": "ruler"}]
+    out = tmp_path / "ruled"
+    write_table(out / "gamma" / "ruler_scores.parquet", pd.DataFrame(rows), TableMeta(table="ruler_scores"))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("folder", "drawn"),
+    [("analyzed", {"model_retrieval_heads", "model_layers"}), ("ruled", {"model_ruler"}), ("ablated", {"ablation"})],
+)
+def test_a_models_folder_draws_the_per_model_figures_its_tables_allow(folder, drawn, request, tmp_path):
+    report = figures.draw(request.getfixturevalue(folder), tmp_path / "figs", figures.SPECS)
+    assert set(report.drawn) == drawn
+    assert set(report.skipped) == MODEL_FIGURES - drawn  # each says which table it lacks
+    assert all("no 'ablation' table" in report.skipped[n] for n in report.skipped if n == "ablation")
+    assert set(report.absent) == {s.name for s in figures.STUDY_SPECS}  # not a study: its figures left out
+    assert all("not a study's results folder" in why for why in report.absent.values())
+    for name in drawn:
+        assert (tmp_path / "figs" / f"{name}.png").stat().st_size > 5000
+
+
+def test_the_per_model_figures_draw_a_model_beside_a_study_but_not_its_runs(results):
+    from figures import model_layers
+
+    _model_table(results / "analysis", "mine", "entropy", [
+        {"model": "mine", "layer": 0, "head": h, "layer_type": "full", "value": 1.0, "norm_value": 0.5 + 0.25 * h,
+         "max_prob": 0.5, "mean_distance": 3.0, "length": 512, "sample": 0}
+        for h in range(2)
+    ])  # fmt: skip
+    fig = model_layers.build(Results(results))
+    assert set(_lines(fig.axes[0])) == {"mine:512"}  # the study's 18 runs are the study figures' business
+    assert list(_lines(fig.axes[0])["mine:512"].get_data()[1]) == pytest.approx([0.625])
+    plt.close(fig)
+    report = figures.draw(results, results / "figs", figures.SPECS)
+    assert "model_layers" in report.drawn and "attention_entropy" in report.drawn  # both kinds, one folder
+
+
+def test_figures_command_on_an_analyze_folder_and_on_nothing(analyzed, tmp_path):
+    out = CliRunner().invoke(app, ["figures", str(analyzed), "--out", str(tmp_path / "f")])
+    assert out.exit_code == 0, out.output
+    assert "drew model_retrieval_heads" in out.output and "drew model_layers" in out.output
+    assert (tmp_path / "f" / "model_retrieval_heads.png").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for command, verb in (("figures", "draw"), ("report", "report")):
+        out = CliRunner().invoke(app, [command, str(empty), "--out", str(tmp_path / "g" / "x.html")])
+        said = " ".join(out.output.split())  # the message wraps
+        assert out.exit_code != 0 and f"nothing to {verb} from" in said
+        for looked_for in ("study_ruler", "retrieval", "entropy", "ruler_scores", "ablation", "`headprobe analyze`"):
+            assert looked_for in said
+
+
+def test_the_report_of_an_analyze_folder(analyzed):
+    from figures.report import report_page
+
+    page = report_page(analyzed, figures.SPECS)
+    assert page.shown == ["model_retrieval_heads", "model_layers"]
+    assert "beta answered none of its 5 needle samples" in page.html
+    assert "Toy scale" not in page.html and "published" not in page.html
+    assert "ckpt/alpha" in page.html and "alpha/retrieval.parquet" in page.html  # the settings that made them
+
+
+def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(results, analyzed, tmp_path):
+    from figures.gallery import main
+
+    main([str(results), "--docs", str(tmp_path / "docs"), "--also", str(analyzed), "--also-command", "analyze x"])
+    page = (tmp_path / "docs" / "figures.md").read_text()
+    titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "ablation"}]
+    assert titles == [*drawn, "Not drawn"] and "here from `analyze x`" in page
+    assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
+    assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
+    assert "- `ablation`: no 'ablation' table under " + str(analyzed) in page  # the last folder tried says why

@@ -1,5 +1,6 @@
-"""``headprobe figures`` (every figure and table of the study from a results folder) and ``headprobe report``
-(all of them on one self-contained HTML page)."""
+"""``headprobe figures`` (every figure and table a results folder allows: a study's, and per-model figures
+of any model's ``analyze`` / ``ruler eval`` / ablation results) and ``headprobe report`` (all of them on one
+self-contained HTML page)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ from headprobe.cli.common import fail, wide_console, words
 
 def figures(
     ctx: typer.Context,
-    results: Annotated[Path, typer.Argument(help="a results folder (what `headprobe study` wrote)")],
+    results: Annotated[
+        Path, typer.Argument(help="a results folder (what `headprobe study`, `analyze` or `ruler eval` wrote)")
+    ],
     out: Annotated[Path, typer.Option(help="folder for the figures and tables")] = Path("figures-out"),
     only: Annotated[str | None, typer.Option(help="comma list of figure names (default: all)")] = None,
     format: Annotated[str, typer.Option("--format", help="comma list of png, pdf, svg")] = "png",
 ) -> None:
-    """Draw every figure (png/pdf/svg) and table (md/tex/csv) of the study that the results allow; the
+    """Draw every figure (png/pdf/svg) and table (md/tex/csv) that the results allow: a study's, and per
+    model the retrieval heads, entropy and effective rank by layer, RULER-style scores and ablations; the
     others are listed with what they lack."""
-    from figures import SPECS, draw
+    from figures import SPECS, draw, nothing_drawn
     from headprobe.results import ResultsError
 
     console = wide_console()
@@ -32,19 +36,24 @@ def figures(
         console.print(f"[green]drew[/] {name}: " + ", ".join(str(p) for p in paths))
     for name, why in report.skipped.items():
         console.print(f"[yellow]skipped[/] {name}: {why}")
+    for name, why in report.absent.items():  # figures of another kind of folder: named only when asked for
+        if only:
+            console.print(f"[yellow]skipped[/] {name}: {why}")
     if not report.drawn:
-        raise fail(f"nothing to draw from {results}: no figure's inputs are there (run `headprobe study` first)", ctx)
+        raise fail(nothing_drawn(results, SPECS), ctx)
     console.print(f"{len(report.drawn)} drawn, {len(report.skipped)} skipped, in {report.out}")
 
 
 def report(
     ctx: typer.Context,
-    results: Annotated[Path, typer.Argument(help="a results folder (what `headprobe study` wrote)")],
+    results: Annotated[
+        Path, typer.Argument(help="a results folder (what `headprobe study`, `analyze` or `ruler eval` wrote)")
+    ],
     out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
 ) -> None:
     """One self-contained HTML page (figures embedded, no network) with every figure and table the results
     allow, the settings that produced them and their caveats."""
-    from figures import SPECS
+    from figures import SPECS, nothing_drawn
     from figures.report import report_page
     from headprobe.model.atomic import atomic_write_text
     from headprobe.results import ResultsError
@@ -56,7 +65,7 @@ def report(
     except (ValueError, ResultsError) as err:
         raise fail(err, ctx) from None
     if not page.shown:
-        raise fail(f"nothing to report from {results}: no figure's inputs are there (run `headprobe study` first)", ctx)
+        raise fail(nothing_drawn(results, SPECS, "report"), ctx)
     atomic_write_text(out, page.html)
     skipped = f"; not drawn: {', '.join(page.skipped)}" if page.skipped else ""
     typer.echo(f"report: {out} ({len(page.shown)} figures and tables{skipped})")
