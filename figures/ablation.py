@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from figures import models, plot
 from figures.data import MissingInput, Results
+from figures.model_ruler import task_order
 from figures.spec import Spec
 
 CONDITIONS = ("baseline", "top", "heads", "random")  # the order of the legend
@@ -123,15 +124,14 @@ def build(results: Results) -> Figure:
     if rows.empty:
         raise MissingInput("the 'ablation' tables hold no row")
     names = models.model_order(rows.model)
-    tasks = sorted(set(rows.task), key=lambda t: (t != "needle", t))
-    facets = [(m, t) for m in names for t in tasks if not rows[(rows.model == m) & (rows.task == t)].empty]
-    n_cols = len(tasks) if len(tasks) <= PER_ROW else PER_ROW
-    if len(tasks) > PER_ROW:  # wrap the (model, task) panels
-        n_rows = math.ceil(len(facets) / n_cols)
-        places = {f: divmod(i, n_cols) for i, f in enumerate(facets)}
-    else:
-        n_rows = len(names)
-        places = {(m, t): (names.index(m), tasks.index(t)) for m, t in facets}
+    # a row of panels per model (wrapped after PER_ROW tasks), its tasks in RULER's order after the needle
+    per_model = {m: task_order(set(rows[rows.model == m].task)) for m in names}
+    n_cols = min(PER_ROW, max(len(t) for t in per_model.values()))
+    places, row = {}, 0
+    for model, tasks in per_model.items():
+        places |= {(model, task): (row + i // n_cols, i % n_cols) for i, task in enumerate(tasks)}
+        row += math.ceil(len(tasks) / n_cols)
+    n_rows = row
     series = series_of(rows)
     colors = colors_of(series)
     size = (0.6 + 2.1 * n_cols, 0.7 + 1.75 * n_rows)
@@ -142,7 +142,7 @@ def build(results: Results) -> Figure:
         _panel(ax, rows[(rows.model == model) & (rows.task == task)], series, colors)
         plot.length_axis(ax, lengths)
         ax.set_ylim(-0.03, 1.03)
-        ax.set_title(f"{model} · {task}" if len(names) > 1 or len(tasks) > PER_ROW else task)
+        ax.set_title(f"{model} · {task}" if len(names) > 1 else task)
         ax.set_gid(f"{model}:{task}")
     used = set(places.values())
     for r in range(n_rows):
@@ -150,10 +150,11 @@ def build(results: Results) -> Figure:
             if (r, c) not in used:
                 axes[r][c].set_visible(False)
         axes[r][0].set_ylabel("accuracy")
-    for c in range(n_cols):
+    for c in range(n_cols):  # the lowest panel of each column gets the length labels, even above an empty slot
         bottom = max((r for r, cc in used if cc == c), default=None)
         if bottom is not None:
             axes[bottom][c].set_xlabel("context length (tokens)")
+            axes[bottom][c].tick_params(labelbottom=True)
     handles = {}
     for ax in fig.axes:
         for line in ax.get_lines():

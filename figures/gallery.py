@@ -2,7 +2,8 @@
 
 Draws every figure a results folder allows into ``DOCS/img/<name>.png`` and writes ``DOCS/figures.md``:
 each figure or table of :data:`figures.SPECS` in order, with its one line on how to read it, the tables
-it reads (tables inline as Markdown), the command that made the page, and what could not be drawn. A
+it reads (tables inline as Markdown), the command that made the page, and what could not be drawn (with
+what it would show). A
 figure that ``RESULTS`` (a study) cannot draw is drawn from the first ``--also`` folder that can (a
 model's ``analyze`` / ``ruler eval`` results, for the per-model figures). Rerun it on new results and
 the page follows; it never holds a number the results do not.
@@ -82,7 +83,11 @@ def gallery(
             save_figure(made, docs / "img" / spec.name, ["png"])
             lines += [f"![{spec.title}](img/{spec.name}.png)", ""]
     if skipped:
-        lines += ["## Not drawn", "", *(f"- `{name}`: {why}" for name, why in skipped.items()), ""]
+        specs = {spec.name: spec for spec in SPECS}  # what each would show, though these results cannot
+        lines += ["## Not drawn", ""]
+        lines += [f"- `{name}`: {why}. {specs[name].title}: {specs[name].how_to_read} {reads(specs[name])}"
+                  for name, why in skipped.items()]  # fmt: skip
+        lines += [""]
     page = "\n".join(lines).rstrip() + "\n"
     atomic_write_text(docs / "figures.md", page)
     return page

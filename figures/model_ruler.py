@@ -21,8 +21,11 @@ ORDER = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "
 
 
 def task_order(tasks) -> list[str]:
+    """Tasks in the order figures list them: the needle (headprobe's own), RULER's in RULER's order, others
+    by name."""
     present = {str(t) for t in tasks}
-    return [t for t in ORDER if t in present] + sorted(present - set(ORDER))
+    known = ("needle", *ORDER)
+    return [t for t in known if t in present] + sorted(present - set(known))
 
 
 def scores(results: Results) -> pd.DataFrame:

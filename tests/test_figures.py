@@ -726,4 +726,7 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     assert titles == [*drawn, "Not drawn"] and "here from `analyze x`" in page
     assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
     assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
-    assert "- `ablation`: no 'ablation' table under " + str(analyzed) in page  # the last folder tried says why
+    # the last folder tried says why, and the page says what the figure would show and what it reads
+    ablation = next(s for s in figures.SPECS if s.name == "ablation")
+    why = f"no 'ablation' table under {analyzed}"
+    assert f"- `ablation`: {why}. {ablation.title}: {ablation.how_to_read} Reads `ablation` (an ablation run)." in page
