@@ -100,6 +100,8 @@ class TableMeta:
         versions: library versions.
         created: UTC time of writing (ISO 8601).
         format: the results format version.
+        model_facts: what the model itself declared (:meth:`headprobe.probe.ProbedModel.facts`: the file it
+            was converted from, the end tokens decoding stopped on, whether it has a chat template).
     """
 
     table: str
@@ -111,6 +113,7 @@ class TableMeta:
     versions: dict[str, str] = field(default_factory=dict)
     created: str = ""
     format: str = FORMAT
+    model_facts: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)

@@ -25,6 +25,7 @@ import torch
 from headprobe.model.atomic import atomic_write_text, folder_lock
 from headprobe.model.budget import MemoryEstimate
 from headprobe.probe.errors import ModelLoadError
+from headprobe.probe.gguf import is_gguf
 from headprobe.ranks import Ranks
 from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
 
@@ -68,10 +69,12 @@ class Silent:
 # Names, versions, keys
 # ---------------------------------------------------------------------------------------------
 def checkpoint_name(path: str | Path) -> str:
-    """The results sub-folder of a checkpoint: its folder name, with its parents when the name is
-    generic (``final``, ``step_...``: ``runs/x/toy-d16/sft/final`` -> ``toy-d16-sft-final``; in a
-    grid's seed folder ``runs/grid/toy-d16/s0/pt/final`` -> ``toy-d16-s0-pt-final``)."""
+    """The results sub-folder of a checkpoint: its folder name (a GGUF file's name without ``.gguf``), with
+    its parents when the name is generic (``final``, ``step_...``: ``runs/x/toy-d16/sft/final`` ->
+    ``toy-d16-sft-final``; in a grid's seed folder ``runs/grid/toy-d16/s0/pt/final`` -> ``toy-d16-s0-pt-final``)."""
     path = Path(path)
+    if is_gguf(path):
+        return path.stem
     if path.name == "final" or path.name.startswith("step_"):
         parts = path.resolve().parts
         depth = 4 if len(parts) >= 4 and re.fullmatch(r"s\d+", parts[-3]) else 3
@@ -125,16 +128,17 @@ def write_results(
     checkpoint: str | Path,
     settings: dict[str, Any],
     tables: Sequence[tuple[Schema, pd.DataFrame]],
+    facts: dict[str, Any] | None = None,
 ) -> None:
-    """Write each ``(schema, frame)`` as ``folder/<table>.parquet`` with this run's metadata, and with a
-    ``model`` column (``model`` where the frame has none): every table of a results folder names the model
-    its rows describe (the contract of :func:`headprobe.results.collect`), however the frame was made."""
+    """Write each ``(schema, frame)`` as ``folder/<table>.parquet`` with this run's metadata (``facts``: what
+    the model declared, :meth:`headprobe.probe.ProbedModel.facts`), and with a ``model`` column (``model``
+    where the frame has none): every table of a results folder names the model its rows describe (the
+    contract of :func:`headprobe.results.collect`), however the frame was made."""
     for schema, frame in tables:
         if "model" not in frame.columns:  # e.g. a table combined from per-sample parts (retrieval's)
             frame = frame.assign(model=model)
-        write_table(
-            folder / f"{schema.table}.parquet", frame, table_meta(schema.table, model, checkpoint, settings), schema
-        )
+        meta = table_meta(schema.table, model, checkpoint, settings, model_facts=facts or {})
+        write_table(folder / f"{schema.table}.parquet", frame, meta, schema)
 
 
 class Parts:

@@ -166,9 +166,10 @@ def test_inputs_know_where_the_answer_and_the_question_are(tiny, tmp_path):
     inp = needle_input(tiny, 500, 50.0, seed=2)
     (a, b), (q0, q1) = inp.spans[0], inp.question
     assert "".join(inp.tokens[a:b]).strip() == inp.answers[0]
-    from headprobe.text.needles import NEEDLES, PROMPT_SUFFIX
+    from headprobe.text.needles import NEEDLES
 
-    assert "".join(inp.tokens[q0:q1]) == PROMPT_SUFFIX.format(question=NEEDLES[2].question) and q1 == inp.length == 500
+    question = f"\nBased on the content of the book, Question: {NEEDLES[2].question}\nAnswer:"  # Wu et al.'s
+    assert "".join(inp.tokens[q0:q1]) == question and q1 == inp.length == 500
     r = ruler_input(tiny, "niah_multivalue", 700)
     assert r.max_new_tokens == 128  # RULER's budget for the niah tasks
     for value in r.answers:

@@ -33,6 +33,7 @@ from headprobe.stats import attention_stats
 from headprobe.testing import build_toy_bpe, tiny_config
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import CODE_NEEDLES, NEEDLES, needle_prompt
+from headprobe.text.prompt_format import PLAIN, Wrapper
 
 
 def numpy_erank(x: np.ndarray, center: bool) -> float:
@@ -241,19 +242,25 @@ def test_needle_prompt_is_its_text_tokenised_whole(tmp_path, kind):
         tok = HFTokenizer(build_toy_bpe(tmp_path / "bpe.json", vocab_size=600))
     else:
         tok = _metaspace_bpe(tmp_path)
-    for needle in (*NEEDLES[:2], CODE_NEEDLES[0]):
-        for depth in (0.0, 40.0, 100.0):
-            p = needle_prompt(tok, needle, 300, depth, start=[7])
-            assert p.ids == [7, *tok.encode(p.text)]
-            assert len(p.ids) in (299, 300)
-            _, offsets = tok.encode_offsets(p.text)
-            a = p.text.index(needle.sentence) + len(needle.before)
-            b = a + len(needle.answer)
-            inside = [j + 1 for j, (s, e) in enumerate(offsets) if s < b and e > a]  # +1: the start id
-            assert (p.answer_start, p.answer_end) == (inside[0], inside[-1] + 1)
-            assert needle.answer in tok.decode(p.ids[p.answer_start : p.answer_end])  # edge tokens may hold more
-            assert p.text.endswith(needle.prompt.format(question=needle.question))
-            assert tok.decode(p.ids[p.answer_start - 1 : p.answer_start]) != " "  # no lone space before it
+    chat = Wrapper("chat", "<|user|>\n", "<|end|>\n<|assistant|>\n")
+    for needle, depth, wrapper in itertools.product((*NEEDLES[:2], CODE_NEEDLES[0]), (0.0, 40.0, 100.0), (PLAIN, chat)):
+        p = needle_prompt(tok, needle, 300, depth, start=[7], wrapper=wrapper)
+        assert p.ids == [7, *tok.encode(p.text)] and p.prompt_format == wrapper.format
+        assert len(p.ids) in (299, 300)
+        _, offsets = tok.encode_offsets(p.text)
+        a = p.text.index(needle.sentence) + len(needle.before)
+        b = a + len(needle.answer)
+        inside = [j + 1 for j, (s, e) in enumerate(offsets) if s < b and e > a]  # +1: the start id
+        assert (p.answer_start, p.answer_end) == (inside[0], inside[-1] + 1)
+        assert needle.answer in tok.decode(p.ids[p.answer_start : p.answer_end])  # edge tokens may hold more
+        question = needle.prompt.format(question=needle.question)
+        if wrapper is PLAIN:  # Wu et al.'s plain prompt: "...\nAnswer:" (the codes: "... The code for the X is")
+            ending = "\nAnswer:" if needle in NEEDLES else " " + needle.before.rstrip()
+            assert p.text.endswith(question + ending) and p.text.startswith(" ")
+        else:  # the task in the user turn; the builtin needles' assistant turn starts empty
+            ending = "" if needle in NEEDLES else needle.before.rstrip()
+            assert p.text.startswith("<|user|>\n ") and p.text.endswith(question + chat.after + ending)
+        assert tok.decode(p.ids[p.answer_start - 1 : p.answer_start]) != " "  # no lone space before it
 
 
 class CopyModel(ProbedModel):

@@ -25,6 +25,7 @@ from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.results import collect, read_table
 from headprobe.runs import DoesNotFit
 from headprobe.testing import build_toy_bpe
+from headprobe.text.prompt_format import Wrapper
 
 # the strings of ruler.md §2, typed here independently of headprobe/ruler/templates.py
 SPEC = {
@@ -505,7 +506,7 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     samples = read_table(tmp_path / "ruler_samples.parquet").frame  # one row per task x length x sample
     assert len(samples) == 12 and set(samples.score) == {100.0} and samples.outputs.map(len).min() >= 1
     other = RulerSettings(
-        tasks=settings.tasks, lengths=settings.lengths, samples=2, seed=7, wrapper="[{task_template}]"
+        tasks=settings.tasks, lengths=settings.lengths, samples=2, seed=7, prompt_format="[{task_template}]"
     )
     with pytest.raises(RulerError, match=r"other settings \(seed, wrapper differ\)"):
         evaluate("oracle", tmp_path, other)  # would mix two runs' predictions
@@ -555,13 +556,13 @@ WRAPPER = "Some users are here.<|user|>\n{task_template}<|end|>\n<|assistant|>\n
 
 
 def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
-    gen = RulerGenerator(ByteTokenizer(), seed=5, wrapper=WRAPPER, fit="tight", cwe_rule="fit")
+    gen = RulerGenerator(ByteTokenizer(), seed=5, wrapper=Wrapper.parse(WRAPPER), fit="tight", cwe_rule="fit")
     before, after = "Some users are here.<|user|>\n", "<|end|>\n<|assistant|>\n"
     for task in TASKS:
         s = gen.sample(task, 4096, 0)
         assert s["input"].startswith(before) and s["input"].endswith(after), task
         assert 0.95 * s["budget"] <= s["token_count"] <= s["budget"]
-        assert s["wrapper"] == WRAPPER
+        assert s["wrapper"] == WRAPPER and s["prompt_format"] == "custom"
     # vt: the example sits inside the wrapper, before the task (RULER: "after any chat prefix")
     vt = gen.sample("vt", 4096, 0)["input"]
     assert vt.count(before) == 1 and vt.startswith(before + "Memorize and track")
@@ -578,14 +579,15 @@ def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
 def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     from transformers import AutoTokenizer
 
-    from headprobe.evals.ruler.templates import resolve_wrapper
     from headprobe.model.tokenizer import HFTokenizer
     from headprobe.probe.base import with_prompt_start
     from headprobe.testing import build_toy_hf_model
+    from headprobe.text.prompt_format import PLAIN, resolve_wrapper
 
     folder = build_toy_hf_model("llama", tmp_path / "m", layers=2)
-    with pytest.raises(ValueError, match="no chat_template"):
+    with pytest.raises(ValueError, match="no chat template"):
         resolve_wrapper("chat", folder)
+    assert resolve_wrapper("auto", folder) == PLAIN  # auto: plain where there is no template
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     tok.chat_template = (
         "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
@@ -593,35 +595,39 @@ def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     )
     tok.save_pretrained(str(folder))
     wrapper = resolve_wrapper("chat", folder)
-    assert wrapper == "<s><|user|>\n{task_template}<|end|>\n<|assistant|>\n"
+    assert wrapper.template == "<s><|user|>\n{task_template}<|end|>\n<|assistant|>\n" and wrapper.is_chat
+    assert resolve_wrapper("auto", folder) == wrapper  # auto: the template where there is one
     hf_tok = HFTokenizer(folder)
-    ids = hf_tok.encode(wrapper.split("{task_template}")[0] + "hello")
+    ids = hf_tok.encode(wrapper.before + "hello")
     start = list(hf_tok.default_prefix)  # the toy llama tokenizer, like Llama's, adds a BOS by default
     assert start == [hf_tok.bos_id] and ids[0] == hf_tok.bos_id and with_prompt_start(start, ids) == ids
     assert with_prompt_start(start, ids[1:]) == ids
     with pytest.raises(ValueError, match="exactly once"):
-        resolve_wrapper("<|user|>{task_template}{task_template}")
+        resolve_wrapper("<|user|>{task_template}{task_template}", None)
     with pytest.raises(ValueError, match=r"tokenizer_config\.json"):
         resolve_wrapper("chat", tmp_path)
-    assert resolve_wrapper("base") == "{task_template}"
+    assert resolve_wrapper("base", folder) == resolve_wrapper("plain", folder) == PLAIN
     (tmp_path / "w.txt").write_text("[INST] {task_template} [/INST]")
-    assert resolve_wrapper(str(tmp_path / "w.txt")) == "[INST] {task_template} [/INST]"
+    custom = resolve_wrapper(str(tmp_path / "w.txt"), folder)
+    assert (custom.before, custom.after, custom.format) == ("[INST] ", " [/INST]", "custom")
+    with pytest.raises(ValueError, match="unknown `prompt_format`"):
+        resolve_wrapper("chatty", folder)
 
 
 def test_generate_command_with_a_wrapper(tmp_path):
     args = ["ruler", "generate", "--out", str(tmp_path / "s.jsonl"), "--tasks", "qa_1", "--lengths", "2048"]
-    res = CliRunner().invoke(app, [*args, "--samples", "1", "--wrapper", "[INST] {task_template} [/INST]"])
+    res = CliRunner().invoke(app, [*args, "--samples", "1", "--prompt-format", "[INST] {task_template} [/INST]"])
     assert res.exit_code == 0, res.output
     row = json.loads((tmp_path / "s.jsonl").read_text())
     assert row["input"].startswith("[INST] Answer the question") and row["input"].endswith(" [/INST]")
-    res = CliRunner().invoke(app, [*args, "--samples", "1", "--wrapper", "[INST] no slot"])
-    assert res.exit_code != 0 and "{task_template} exactly once" in res.output
+    res = CliRunner().invoke(app, [*args, "--samples", "1", "--prompt-format", "[INST] no slot"])
+    assert res.exit_code == 2 and "unknown --prompt-format" in res.output and "{task_template}" in res.output
 
 
 def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_load(path, device="cpu", dtype=None):
+    def fake_load(path, device="cpu", dtype=None, log=None):
         seen["dtype"] = dtype
         raise RulerError("stop here")
 

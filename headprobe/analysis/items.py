@@ -61,6 +61,7 @@ def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[
     """``samples`` needle prompts of ``length`` tokens at evenly spaced depths, needles in turn."""
     depths = np.linspace(0, 100, s.samples).round().tolist() if s.samples > 1 else [50.0]
     needles = needle_set(s.needles)
+    wrapper = model.prompt_wrapper(s.prompt_format)
     return [
         needle_prompt(
             model.tokenizer,
@@ -70,6 +71,7 @@ def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[
             seed=s.seed + i,
             files=s.haystack_files,
             start=model.prompt_start,
+            wrapper=wrapper,
         )
         for i, depth in enumerate(depths)
     ]

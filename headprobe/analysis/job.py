@@ -64,12 +64,13 @@ def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: int)
     """Refuse, before any work, lengths beyond the model's positions, needles that do not fit, and
     lengths whose estimated memory exceeds the budget."""
     decodes = any(isinstance(m, DecodeMetric) for m in s.chosen())
+    wrapper = model.prompt_wrapper(s.prompt_format) if decodes else None  # a model without a chat template refuses chat
     for length in s.lengths:
         model.check_length(length + (s.max_new_tokens if decodes else 0))
-        if decodes:  # every needle prompt must fit
+        if wrapper is not None:  # every needle prompt must fit
             for needle in needle_set(s.needles):
                 try:
-                    needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start)
+                    needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper)
                 except ValueError as err:
                     raise AnalysisError(f"{name}: {err}; use longer `lengths` for retrieval") from None
         cached = length + s.max_new_tokens if decodes else 0
@@ -177,7 +178,7 @@ def analyze_checkpoint(
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)  # before anything heavy loads
     if warning:
         progress.log(f"{name}: {warning}")
-    model = load_model(path, device=device, dtype=parse_dtype(s.dtype))
+    model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     check_inputs(model, name, s, memory_limit or available_memory(torch.device(device)))
     folder, parts, metrics = out / name, Parts(out / name), s.chosen()
     keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
@@ -229,7 +230,12 @@ def analyze_checkpoint(
     summary = summarize(name, tables, metrics)
     schemas = [schema for m in metrics for schema in m.tables]
     write_results(
-        folder, name, path, s.to_dict(), [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)]
+        folder,
+        name,
+        path,
+        s.to_dict(),
+        [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)],
+        facts=model.facts(),
     )
     return summary
 

@@ -12,6 +12,7 @@ from headprobe.probe import parse_dtype
 from headprobe.runs import resume_key
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_set
+from headprobe.text.prompt_format import PromptFormat
 
 MIN_LENGTH = 16
 
@@ -36,6 +37,8 @@ class AnalyzeSettings:
         needles: the needle set for retrieval (:data:`headprobe.text.needles.NEEDLE_SETS`).
         retrieval_span: ``exact`` (the answer's tokens) or ``reference`` (Wu et al.'s search),
             :class:`headprobe.metrics.retrieval.Span`.
+        prompt_format: how needle prompts are put to the model: ``auto`` (its chat template where it has
+            one), ``chat`` or ``plain`` (:mod:`headprobe.text.prompt_format`).
         dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
         allow_beyond_trained: analyse lengths beyond what a model was trained on (else refused before
             loading it); recorded with the results, not part of the resume key.
@@ -51,6 +54,7 @@ class AnalyzeSettings:
     haystack: list[str] | None = None
     needles: str = "builtin"
     retrieval_span: str = "exact"
+    prompt_format: str = "auto"
     dtype: str | None = None
     allow_beyond_trained: bool = False
 
@@ -84,6 +88,7 @@ class AnalyzeSettings:
         try:
             needle_set(self.needles)
             Span(self.retrieval_span)
+            PromptFormat(self.prompt_format)
         except ValueError as err:
             raise AnalysisError(str(err)) from None
         if not self.lengths or min(self.lengths) < MIN_LENGTH:

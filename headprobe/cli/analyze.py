@@ -9,6 +9,7 @@ import typer
 
 from headprobe.cli.common import (
     DTYPE_HELP,
+    PROMPT_FORMAT_HELP,
     check_run,
     fail,
     gib,
@@ -38,6 +39,7 @@ def analyze(
     retrieval_span: Annotated[
         str, typer.Option(help="retrieval: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)")
     ] = "exact",
+    prompt_format: Annotated[str, typer.Option(help=PROMPT_FORMAT_HELP)] = "auto",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
@@ -68,6 +70,7 @@ def analyze(
             haystack=[str(f) for f in haystack] if haystack else None,
             needles=needles,
             retrieval_span=retrieval_span,
+            prompt_format=prompt_format,
             dtype=dtype,
             allow_beyond_trained=allow_beyond_trained,
         )
@@ -82,10 +85,33 @@ def analyze(
     if not report.primary:  # another process of a torchrun launch: the first one reports
         return
     for name, summary in report.results.items():
-        typer.echo(f"{name}: {out / name}")
+        folder = out / name
+        typer.echo(f"{name}: {folder}")
         for (metric, length), part in summary.groupby(["metric", "length"], sort=False):
             typer.echo(f"  {metric:10s} L={length:>7}: {METRICS[metric].headline(part)}")
+        for line in retrieval_diagnoses(folder, settings.needles):
+            typer.echo(f"  {line}")
     for name, message in report.errors.items():
         say_error(f"{name}: {message}", ctx)
     if report.errors:
         raise typer.Exit(1)
+
+
+def retrieval_diagnoses(folder: Path, needles: str) -> list[str]:
+    """One line per length at which fewer than half of the needle samples were kept: why, and what to try
+    (:func:`headprobe.metrics.retrieval.diagnose`)."""
+    from headprobe.metrics.retrieval import RETRIEVAL_SAMPLES, diagnose
+    from headprobe.results import read_table, table_path
+
+    path = table_path(folder, RETRIEVAL_SAMPLES.table)
+    if not path.is_file():
+        return []
+    table = read_table(path)
+    chat = bool(table.meta.model_facts.get("chat_template"))
+    lines = []
+    for length, part in table.frame.groupby("length"):
+        if part["kept"].sum() * 2 < len(part):
+            lines.append(
+                f"retrieval L={length}: {int(part['kept'].sum())} of {len(part)} kept: {diagnose(part, needles, chat)}"
+            )
+    return lines

@@ -11,6 +11,9 @@ import typer
 from rich.console import Console
 
 DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
+PROMPT_FORMAT_HELP = (
+    "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain"
+)
 
 _SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, check_device, fail, ints
+from headprobe.cli.common import DTYPE_HELP, PROMPT_FORMAT_HELP, check_device, fail, ints
 
 
 def explore(
@@ -27,6 +27,7 @@ def explore(
     depth: Annotated[float, typer.Option(help="--needle: needle depth in percent of the haystack")] = 50.0,
     seed: Annotated[int, typer.Option(help="--needle/--ruler: which sample")] = 0,
     needles: Annotated[str, typer.Option(help="--needle: needle set, builtin | codes (the toy models')")] = "builtin",
+    prompt_format: Annotated[str, typer.Option(help=f"--needle/--ruler: {PROMPT_FORMAT_HELP}")] = "auto",
     results: Annotated[
         Path | None, typer.Option(help="an `headprobe analyze` output folder: its per-head tables become metrics")
     ] = None,
@@ -62,7 +63,10 @@ def explore(
         row_spec = Rows.parse(rows) if rows else None
     except (ValueError, typer.BadParameter) as err:
         raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
-    inputs = dict(text=text, ruler=ruler, needle=needle, length=length, depth=depth, seed=seed, needles=needles)
+    inputs = dict(
+        text=text, ruler=ruler, needle=needle, length=length, depth=depth, seed=seed, needles=needles,
+        prompt_format=prompt_format,
+    )  # fmt: skip
     loading = dict(results=results, layers=ints(layers) if layers else None, rows=row_spec, device=device, dtype=dtype)
     views = _load(ctx, checkpoints, inputs | loading, export, export_levels)
     if export is not None:

@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
 CWE_HELP = "ruler (RULER's word counts by length) | fit (the small counts wherever the standard ones do not fit)"
-WRAPPER_HELP = (
-    "prompt wrapper (RULER's model template): base, chat (the model folder's chat template), "
-    "or a string/file containing {task_template}"
+FORMAT_HELP = (
+    "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain "
+    "(RULER's base) | a wrapper string or file containing {task_template} (RULER's model template)"
 )
 LENGTHS_HELP = "comma list of target lengths in tokens, k = 1,024 (4096,16k,128K)"
 
@@ -48,7 +48,7 @@ def ruler_generate(
     haystack_file: Annotated[list[Path] | None, typer.Option(help="text files for the essay haystack")] = None,
     qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
     reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
-    wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
+    prompt_format: Annotated[str, typer.Option(help=FORMAT_HELP)] = "auto",
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
 ) -> None:
@@ -57,18 +57,18 @@ def ruler_generate(
     (``skipped_tasks``) for ``ruler eval``."""
     from headprobe.evals.ruler import RulerError, RulerGenerator, resolve_tasks
     from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
-    from headprobe.evals.ruler.templates import resolve_wrapper
     from headprobe.model.atomic import atomic_write_text
     from headprobe.model.tokenizer import load_tokenizer
+    from headprobe.text.prompt_format import resolve_wrapper
 
     counts = token_counts(lengths)
     try:
         tok = load_tokenizer(tokenizer)
         folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
         qa = qa_file_kinds([str(f) for f in qa_file or []])
-        template = resolve_wrapper(wrapper, folder if tokenizer != "byte" else None)
+        wrapper = resolve_wrapper(prompt_format, folder if tokenizer != "byte" else None)
         files = haystack_file or None
-        gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=template, fit=fit, cwe_rule=cwe_rule)
+        gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
         rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
     except (RulerError, ValueError, FileNotFoundError) as err:
         raise fail(err, ctx) from None
@@ -96,7 +96,7 @@ def ruler_eval(
     device: str = "cpu",
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
     batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
-    wrapper: Annotated[str, typer.Option(help=WRAPPER_HELP)] = "base",
+    prompt_format: Annotated[str, typer.Option(help=FORMAT_HELP)] = "auto",
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
@@ -125,7 +125,7 @@ def ruler_eval(
         haystack_files=[str(f) for f in haystack_file] if haystack_file else None,
         qa_files=[str(f) for f in qa_file] if qa_file else None,
         data=str(data) if data else None,
-        wrapper=wrapper,
+        prompt_format=prompt_format,
         fit=fit,
         cwe_rule=cwe_rule,
         dtype=dtype,

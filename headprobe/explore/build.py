@@ -22,16 +22,17 @@ def make_input(
     depth: float = 50.0,
     seed: int = 0,
     needles: str = "builtin",
+    prompt_format: str = "auto",
 ) -> ExploreInput:
-    """The one input the options name, tokenised by ``model``."""
+    """The one input the options name, tokenised by ``model`` (needle and RULER inputs in its ``prompt_format``)."""
     if text is not None:
         return text_input(model, text, length)
     if length is None:
         raise ValueError("--ruler and --needle need --length N")
     if ruler is not None:
-        return ruler_input(model, ruler, length, seed)
+        return ruler_input(model, ruler, length, seed, prompt_format)
     if needle:
-        return needle_input(model, length, depth, seed, needles)
+        return needle_input(model, length, depth, seed, needles, prompt_format)
     raise ValueError("give one input: --text FILE, --ruler TASK or --needle")
 
 

@@ -15,6 +15,7 @@ from headprobe.evals.ruler.tasks import TASKS
 from headprobe.probe.base import ProbedModel
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_prompt, needle_set
+from headprobe.text.prompt_format import PromptFormatError, Wrapper
 
 
 class InputError(ValueError):
@@ -89,22 +90,32 @@ def text_input(model: ProbedModel, path: str | Path, length: int | None = None) 
     return ExploreInput("text", ids, tokens, label=f"{path.name}: {len(ids):,} tokens")
 
 
+def _wrapper(model: ProbedModel, prompt_format: str) -> Wrapper:
+    try:
+        return model.prompt_wrapper(prompt_format)
+    except PromptFormatError as err:
+        raise InputError(f"--prompt-format {prompt_format}: {err}") from None
+
+
 def needle_input(
-    model: ProbedModel, length: int, depth: float, seed: int = 0, needles: str = "builtin"
+    model: ProbedModel, length: int, depth: float, seed: int = 0, needles: str = "builtin", prompt_format: str = "auto"
 ) -> ExploreInput:
-    """A needle-in-a-haystack prompt of ``length`` tokens with the needle at ``depth`` percent
-    (:func:`headprobe.text.needles.needle_prompt`); the question rows are the question and answer cue."""
+    """A needle-in-a-haystack prompt of ``length`` tokens with the needle at ``depth`` percent, in the model's
+    ``prompt_format`` (:func:`headprobe.text.needles.needle_prompt`); the question rows are the question,
+    the end of the user turn and the answer cue."""
     if not 0 <= depth <= 100:
         raise InputError(f"--depth {depth}: give a percentage between 0 and 100")
     options = needle_set(needles)
     needle = options[seed % len(options)]
+    wrapper = _wrapper(model, prompt_format)
     try:
-        prompt = needle_prompt(model.tokenizer, needle, length, depth, seed=seed, start=model.prompt_start)
+        prompt = needle_prompt(
+            model.tokenizer, needle, length, depth, seed=seed, start=model.prompt_start, wrapper=wrapper
+        )
     except ValueError as err:
         raise InputError(f"--length {length}: {err}") from None
     _, tokens, offsets = _tokens_of(model, prompt.text)
-    suffix = needle.prompt.format(question=needle.question)
-    question = _rows_from(offsets, len(prompt.text) - len(suffix))
+    question = _rows_from(offsets, prompt.text.rfind(needle.prompt.format(question=needle.question)))
     answer_tokens = len(model.tokenizer.encode(" " + needle.answer))
     return ExploreInput(
         "needle",
@@ -114,15 +125,16 @@ def needle_input(
         question=question,
         answers=[needle.answer],
         max_new_tokens=answer_tokens + 8,
-        label=f"needle {needle.answer!r} at {depth:g}% of {prompt.length:,} tokens",
+        label=f"needle {needle.answer!r} at {depth:g}% of {prompt.length:,} tokens ({wrapper.format} prompt)",
     )
 
 
-def ruler_input(model: ProbedModel, task: str, length: int, seed: int = 0) -> ExploreInput:
-    """Sample 0 of the RULER-style ``task`` at ``length`` tokens (:mod:`headprobe.evals.ruler`); the
-    answer spans are every occurrence of each expected output in the context, the question rows the
-    prompt's last line and the answer prefix."""
-    gen = RulerGenerator(model.tokenizer, seed=seed, reserve=len(model.prompt_start))
+def ruler_input(model: ProbedModel, task: str, length: int, seed: int = 0, prompt_format: str = "auto") -> ExploreInput:
+    """Sample 0 of the RULER-style ``task`` at ``length`` tokens in the model's ``prompt_format``
+    (:mod:`headprobe.evals.ruler`, as ``ruler eval`` makes it); the answer spans are every occurrence of
+    each expected output in the context, the question rows the prompt's last line and the answer prefix."""
+    wrapper = _wrapper(model, prompt_format)
+    gen = RulerGenerator(model.tokenizer, seed=seed, reserve=len(model.prompt_start), wrapper=wrapper)
     try:
         sample = gen.sample(task, length, 0)
     except (KeyError, ValueError) as err:
@@ -147,5 +159,5 @@ def ruler_input(model: ProbedModel, task: str, length: int, seed: int = 0) -> Ex
         question=question,
         answers=list(sample["outputs"]),
         max_new_tokens=TASKS[sample["task"]].tokens_to_generate,  # ruler eval's budget for the task
-        label=f"RULER-style {task}, {len(ids):,} tokens (seed {seed})",
+        label=f"RULER-style {task}, {len(ids):,} tokens (seed {seed}, {wrapper.format} prompt)",
     )

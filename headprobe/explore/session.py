@@ -29,7 +29,7 @@ from torch import Tensor
 
 from headprobe.explore.inputs import ExploreInput
 from headprobe.explore.pooling import TILE, TileSpec, pooled_mass, tiles_across, top_level
-from headprobe.metrics.retrieval import copy_scores, decode_argmax
+from headprobe.metrics.retrieval import answer_stops, copy_scores, decode_argmax
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
@@ -229,7 +229,7 @@ class ModelView:
             self.model,
             self.input.ids,
             self.input.max_new_tokens,
-            self.model.tokenizer.newline_ids,
+            answer_stops(self.model),
             state=state,
             probe=last_row,
         )

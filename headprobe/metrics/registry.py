@@ -99,7 +99,7 @@ METRICS: dict[str, Metric] = {
             "retrieval",
             (RETRIEVAL, RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
             (RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
-            ("max_new_tokens", "needles", "retrieval_span"),
+            ("max_new_tokens", "needles", "retrieval_span", "prompt_format"),
             lambda model, prompt, sample, max_new_tokens, retrieval_span, **_: sample_tables(
                 model, prompt, sample, max_new_tokens, span=retrieval_span
             ),
@@ -107,7 +107,8 @@ METRICS: dict[str, Metric] = {
             retrieval_rows,
             retrieval_headline,
             "Wu et al.'s retrieval score per head, from needle prompts",
-            revision=3,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span
+            revision=4,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span;
+            # 4: answers end at the model's declared end tokens too, samples record the prompt format and stop
         ),
         PassMetric(
             "entropy",

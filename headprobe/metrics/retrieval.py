@@ -55,6 +55,8 @@ RETRIEVAL_SAMPLES = Schema(
         Column("span_start", "int", "first prompt token of the answer span scored (-1: none found)"),
         Column("span_end", "int", "one past its last token"),
         Column("haystack", "str", "the text around the needle"),
+        Column("prompt_format", "str", "the prompt's wrapper: plain, chat or custom (headprobe.text.prompt_format)"),
+        Column("stop", "str", "the token that ended decoding ('' when the budget ran out)"),
     ),
 )
 RETRIEVAL_COPIES = Schema(
@@ -170,10 +172,12 @@ def retrieval_sample(
     """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
     sample's record (response, ROUGE-1 recall, kept or not, the span scored)."""
     start, end = answer_span(model, prompt, span)
-    tokens, argmax = decode_argmax(model, prompt.ids, max_new_tokens, model.tokenizer.newline_ids)
+    stops = answer_stops(model)
+    tokens, argmax = decode_argmax(model, prompt.ids, max_new_tokens, stops)
     scores = copy_scores(argmax, tokens, prompt.ids, [(start, end)])
     response = model.tokenizer.decode(tokens)
     recall = rouge1_recall(prompt.needle.answer, response)
+    ended = tokens[-1] if tokens and tokens[-1] in stops else None
     record = {
         "length": prompt.length,
         "depth": prompt.depth,
@@ -184,8 +188,42 @@ def retrieval_sample(
         "span_start": start,
         "span_end": end,
         "haystack": prompt.haystack,
+        "prompt_format": prompt.prompt_format,
+        "stop": "" if ended is None else (model.tokenizer.decode([ended]) or model.tokenizer.token_text(ended) or ""),
     }
     return scores, record
+
+
+def answer_stops(model: ProbedModel) -> list[int]:
+    """Where a needle answer ends: at a newline, as in Wu et al.'s code, or at any end-of-text or
+    end-of-turn token the model declares (:attr:`ProbedModel.stop_ids`)."""
+    return list(dict.fromkeys([*model.tokenizer.newline_ids, *model.stop_ids]))
+
+
+def diagnose(samples: pd.DataFrame, needles: str, chat_template: bool) -> str:
+    """Why few or no needle samples were kept, and what to try: ``samples`` are one length's
+    :data:`RETRIEVAL_SAMPLES` rows; ``needles`` the needle set; ``chat_template`` whether the model has one."""
+    failed = samples[~samples["kept"].astype(bool)]
+    empty = int((failed["response"].str.strip() == "").sum())
+    ran_on = int(((failed["response"].str.strip() != "") & (failed["stop"] == "")).sum())
+    why = []
+    if empty:
+        why.append(f"{empty} answered nothing (an empty line or an end token first)")
+    if len(failed) - empty:
+        why.append(f"{len(failed) - empty} answered without the needle's words (ROUGE-1 recall <= 0.5)")
+    if ran_on:
+        why.append(f"{ran_on} ran to the decoding budget without an end token")
+    tries = []
+    formats = set(samples["prompt_format"]) if "prompt_format" in samples else {"plain"}
+    if chat_template and formats != {"chat"}:
+        tries.append("`--prompt-format chat` (the model has a chat template)")
+    if needles == "builtin" and not chat_template:
+        tries.append("`--needles codes` if this is one of headprobe's toy models (trained on code facts)")
+    if needles == "codes" and chat_template:
+        tries.append("`--needles builtin` (questions in plain words) for an instruction-tuned model")
+    tries.append("shorter `--lengths` (the model may not retrieve this far)")
+    examples = "; ".join(repr(r)[:60] for r in failed["response"].head(2))
+    return f"{'; '.join(why)} (e.g. {examples}); try " + ", or ".join(tries)
 
 
 def copy_rows(layers: Sequence[LayerInfo], scores: np.ndarray, sample: int) -> pd.DataFrame:

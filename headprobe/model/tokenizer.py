@@ -65,6 +65,11 @@ class ByteTokenizer:
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
+    def token_text(self, idx: int) -> str | None:
+        """A special id's name (``<eos>``), a byte's character, ``None`` for a reserved id."""
+        names = {v: k for k, v in self.special_tokens.items()}
+        return names.get(idx) or (chr(idx) if 0 <= idx < 256 else None)
+
     @property
     def newline_ids(self) -> tuple[int, ...]:
         """Ids whose text contains a newline: the byte ``0x0A``."""
@@ -111,6 +116,19 @@ class HFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    def token_id(self, token: str) -> int | None:
+        """The id of the vocabulary entry spelled ``token`` (e.g. ``<|im_end|>``), ``None`` if there is none."""
+        return self._tok.token_to_id(token)
+
+    def token_text(self, idx: int) -> str | None:
+        """The vocabulary entry of id ``idx`` as spelled in the file (special tokens included)."""
+        return self._tok.id_to_token(idx)
+
+    @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the file's special added tokens (``<|im_end|>``, ``<eos>``...), which :meth:`decode` drops."""
+        return frozenset(i for i, tok in self._tok.get_added_tokens_decoder().items() if tok.special)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]

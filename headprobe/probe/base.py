@@ -20,6 +20,8 @@ Implementations: :class:`headprobe.probe.ours.HeadprobeModel` (our checkpoints) 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -29,6 +31,8 @@ from headprobe.model.budget import MemoryEstimate, kv_cache_bytes, pass_memory
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall, AttentionProbe
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.probe.stops import StopTokens, describe_stops
+from headprobe.text.prompt_format import PromptFormatError, Wrapper, has_chat_template, resolve_wrapper
 
 ResidualProbe = Callable[[int, Tensor], None]  # (layer, residual stream [batch, pos, d_model]); layer -1 = embedding
 DecodeProbe = Callable[[int, int, AttentionCall], None]  # (step, produced token, call)
@@ -62,10 +66,39 @@ class ProbedModel:
     prompt_start: list[int]
     d_model: int  # residual-stream width
     d_ff: int  # MLP hidden width
+    folder: Path | None = None  # the folder holding the model's files (a GGUF file's converted folder)
+    source: dict[str, Any] | None = None  # where the folder came from when converted (:mod:`headprobe.probe.gguf`)
+    stop_tokens: StopTokens = MappingProxyType({})  # every end id the model declares, with the files declaring it
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The ids greedy decoding stops after: every end-of-text and end-of-turn id the model declares
+        (:mod:`headprobe.probe.stops`)."""
+        return list(self.stop_tokens)
 
     def encode_prompt(self, text: str) -> list[int]:
         """``text`` tokenised, behind :attr:`prompt_start` (see :func:`with_prompt_start`)."""
         return with_prompt_start(self.prompt_start, self.tokenizer.encode(text))
+
+    def prompt_wrapper(self, prompt_format: str) -> Wrapper:
+        """The wrapper a ``prompt_format`` (``auto``/``chat``/``plain`` or a custom wrapper) gives this
+        model: ``auto`` is its chat template where its files have one (:mod:`headprobe.text.prompt_format`)."""
+        try:
+            return resolve_wrapper(prompt_format, self.folder)
+        except PromptFormatError as err:
+            raise PromptFormatError(f"{self.name}: {err}") from None
+
+    def facts(self) -> dict[str, Any]:
+        """What the results record about the model itself: its folder, the file it was converted from,
+        the end tokens decoding stops on (with the files that declare them), whether it has a chat
+        template, and the ids every prompt starts with."""
+        return {
+            "folder": None if self.folder is None else str(self.folder),
+            "source": self.source,
+            "stop_tokens": describe_stops(self.stop_tokens, self.tokenizer),
+            "chat_template": has_chat_template(self.folder),
+            "prompt_start": list(self.prompt_start),
+        }
 
     def run(
         self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None

@@ -33,6 +33,7 @@ from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
 from headprobe.model.tokenizer import HFTokenizer
 from headprobe.probe.base import ProbedModel, ResidualProbe
 from headprobe.probe.errors import ModelLoadError
+from headprobe.probe.stops import declared_stop_tokens
 
 _IMPL = "headprobe"
 
@@ -91,6 +92,21 @@ def _register_hf() -> None:
     AttentionMaskInterface.register(_IMPL, _no_mask)
 
 
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' own progress bars ("Loading weights") off while the block runs: headprobe's
+    commands draw their own progress, and a library call draws nothing."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _hf_windows(config) -> list[int | None]:
     n = config.num_hidden_layers
     types = getattr(config, "layer_types", None)
@@ -105,19 +121,30 @@ def _hf_windows(config) -> list[int | None]:
 class HFModel(ProbedModel):
     """A Hugging Face causal LM from a local folder (config.json + safetensors + tokenizer)."""
 
-    def __init__(self, path: Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        path: Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        name: str | None = None,
+        source: dict[str, Any] | None = None,
+    ) -> None:
+        """``path``: the model folder; ``name``: the model's name (default the folder's); ``source``: what the
+        folder was converted from, for the records (:mod:`headprobe.probe.gguf`)."""
         from transformers import AutoModelForCausalLM
 
         _register_hf()
         try:
-            self.hf = AutoModelForCausalLM.from_pretrained(
-                str(path), local_files_only=True, attn_implementation=_IMPL, dtype=dtype
-            ).to(device)
-        except (OSError, ValueError, KeyError) as err:
+            with quiet_transformers():
+                self.hf = AutoModelForCausalLM.from_pretrained(
+                    str(path), local_files_only=True, attn_implementation=_IMPL, dtype=dtype
+                ).to(device)
+        except (OSError, ValueError, KeyError, RuntimeError) as err:  # RuntimeError: weights unlike the config
             raise ModelLoadError(f"{path}: cannot load as a Hugging Face causal LM ({err})") from None
         self.hf.eval()
-        self.name, self.device = path.name, torch.device(device)
+        self.name, self.device, self.folder, self.source = name or path.name, torch.device(device), path, source
         self.tokenizer = HFTokenizer(path)
+        self.stop_tokens = declared_stop_tokens(path, self.tokenizer)
         self.prompt_start = list(self.tokenizer.default_prefix)  # as the model's own inputs began
         cfg = self.hf.config
         heads = cfg.num_attention_heads

@@ -1,4 +1,4 @@
-"""``load_model(path)``: our checkpoint folders and local Hugging Face model folders, as a
+"""``load_model(path)``: our checkpoint folders, local Hugging Face model folders and GGUF files, as a
 :class:`~headprobe.probe.base.ProbedModel`."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
 from headprobe.probe.base import ProbedModel
 from headprobe.probe.errors import ModelLoadError
+from headprobe.probe.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, file_sha256, gguf_folder, is_gguf
 from headprobe.probe.hf import HFModel
 from headprobe.probe.ours import HeadprobeModel
 
@@ -34,10 +35,20 @@ def parse_dtype(name: str | None) -> torch.dtype | None:
     return DTYPES[name]
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> ProbedModel:
-    """Our checkpoint folder or a local Hugging Face model folder, as a :class:`ProbedModel`."""
+def load_model(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, log: Log | None = None
+) -> ProbedModel:
+    """Our checkpoint folder, a local Hugging Face model folder, or a ``.gguf`` file (converted once into a
+    cached Hugging Face folder, :func:`headprobe.probe.gguf.gguf_folder`; ``log`` hears when that
+    happens), as a :class:`ProbedModel`."""
     path = Path(path)
+    if is_gguf(path):
+        folder = gguf_folder(path, log)
+        source = json.loads((folder / SOURCE_FILE).read_text())
+        return HFModel(folder, device=device, dtype=dtype or torch.float32, name=model_name(path), source=source)
     if not path.is_dir():
+        if path.is_file():
+            raise ModelLoadError(f"{path} is a file; give a model folder (config.json + weights) or a .gguf file")
         raise ModelLoadError(f"model folder {path} does not exist")
     config_file = path / CONFIG_FILE
     if not config_file.is_file():
@@ -52,13 +63,27 @@ def load_model(path: str | Path, device: str | torch.device = "cpu", dtype: torc
         model, tokenizer = load_checkpoint(path, device=device, dtype=dtype)
     except CheckpointError as err:
         raise ModelLoadError(str(err)) from None
-    return HeadprobeModel(model, tokenizer, path.name)
+    return HeadprobeModel(model, tokenizer, path.name, folder=path)
+
+
+def model_name(path: str | Path) -> str:
+    """A model's name: its folder's name, or a GGUF file's name without ``.gguf``."""
+    path = Path(path)
+    return path.stem if is_gguf(path) else path.name
 
 
 def trained_positions(path: str | Path) -> int | None:
     """The longest input the model folder ``path`` was made for, read from its ``config.json`` alone
     (nothing heavy is loaded): our checkpoints' trained sequence length (``max_seq_len``), a Hugging Face
     model's ``max_position_embeddings``; ``None`` when the file does not say."""
+    if is_gguf(path):  # the converted folder's config, or the file's header before the first conversion
+        try:
+            folder = cached_folder(file_sha256(path))
+            if not (folder / CONFIG_FILE).is_file():
+                return check_gguf(path)["context_length"]
+            path = folder
+        except (OSError, ModelLoadError):
+            return None  # the load that follows says what is wrong with the file
     try:
         config = json.loads((Path(path) / CONFIG_FILE).read_text())
     except (OSError, json.JSONDecodeError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -18,8 +19,11 @@ from headprobe.probe.base import ProbedModel, ResidualProbe
 class HeadprobeModel(ProbedModel):
     """A :class:`headprobe.model.transformer.Transformer` (usually loaded from a checkpoint folder)."""
 
-    def __init__(self, model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, name: str) -> None:
-        self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+    def __init__(
+        self, model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, name: str, folder: Path | None = None
+    ) -> None:
+        self.model, self.tokenizer, self.name, self.folder = model.eval(), tokenizer, name, folder
+        self.stop_tokens = {} if tokenizer.eos_id is None else {tokenizer.eos_id: ("tokenizer",)}
         self.device = next(model.parameters()).device
         cfg = model.cfg
         self.layers = cfg.layer_infos()

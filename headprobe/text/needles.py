@@ -19,26 +19,38 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headprobe.text.haystack import haystack_sentences
+from headprobe.text.prompt_format import PLAIN, Wrapper
 from headprobe.text.tasks import Split, keys, needle_question
 
-PROMPT_SUFFIX = "\nBased on the content of the book, Question: {question}\nAnswer:"
+QUESTION = "\nBased on the content of the book, Question: {question}"  # Wu et al.'s, after the haystack
+ANSWER_PREFIX = "\nAnswer:"
 
 
 @dataclass(frozen=True)
 class Needle:
     """A fact to hide: ``before + answer + after`` is the inserted sentence; ``answer`` is the span
-    whose copying is scored; ``question`` asks for it; ``prompt`` is the text after the haystack, with
-    ``{question}`` where the question goes."""
+    whose copying is scored; ``question`` asks for it.
+
+    The prompt is the haystack, then ``prompt`` (``{question}`` where the question goes), then the answer
+    prefix: ``answer_prefix`` in plain text (Wu et al.'s ``\\nAnswer:``), ``chat_prefix`` at the start of the
+    assistant's turn in a chat template (empty for a question the model answers in its own words:
+    SmolLM2-Instruct answered 17 of 18 needle prompts so, 6-7 of 18 after ``Answer:``)."""
 
     before: str
     answer: str
     after: str
     question: str
-    prompt: str = PROMPT_SUFFIX
+    prompt: str = QUESTION
+    answer_prefix: str = ANSWER_PREFIX
+    chat_prefix: str = ""
 
     @property
     def sentence(self) -> str:
         return self.before + self.answer + self.after
+
+    def prefix(self, wrapper: Wrapper) -> str:
+        """The answer prefix this needle's prompt ends with under ``wrapper``."""
+        return self.chat_prefix if wrapper.is_chat else self.answer_prefix
 
 
 NEEDLES: tuple[Needle, ...] = (
@@ -80,8 +92,9 @@ def _code_needles(n: int = 8) -> tuple[Needle, ...]:
     out = []
     for key in rng.sample([f"{a} {k}" for a in ("blue", "quiet", "old", "bright") for k in keys(Split.HELDOUT)], n):
         restated, question = f"The code for the {key} is", f"What is the code for the {key}?"
-        prompt = " " + needle_question(key).replace(question, "{question}") + f" {restated}"
-        out.append(Needle(f"{restated} ", str(rng.randrange(1000, 10000)), ".", question, prompt))
+        prompt = " " + needle_question(key).replace(question, "{question}")
+        value = str(rng.randrange(1000, 10000))
+        out.append(Needle(f"{restated} ", value, ".", question, prompt, f" {restated}", restated))
     return tuple(out)
 
 
@@ -107,6 +120,7 @@ class NeedlePrompt:
     depth: float
     haystack: str
     text: str = ""  # what ``ids`` encode (after the model's prompt start)
+    prompt_format: str = PLAIN.format  # the wrapper's format: plain, chat or custom
 
     @property
     def length(self) -> int:
@@ -121,9 +135,12 @@ def needle_prompt(
     seed: int = 0,
     files: list[Path] | None = None,
     start: Sequence[int] = (),
+    wrapper: Wrapper = PLAIN,
 ) -> NeedlePrompt:
     """``start`` (the model's prompt start) then one text: haystack sentences with ``needle`` inserted
-    at ``depth`` percent (at a sentence boundary), then the question, of ``length`` tokens in all.
+    at ``depth`` percent (at a sentence boundary), then the question, all in ``wrapper`` (a chat template's
+    user turn, :mod:`headprobe.text.prompt_format`), then the answer prefix, of ``length`` tokens in all.
+    ``start`` is left out when the wrapper's text already begins with it (a template that writes its BOS).
 
     The text is tokenised whole, as a model reads it (tokenising pieces apart would put a lone ``' '``
     token before a space-less answer with byte-level BPE), and the answer's token span is the tokens
@@ -131,9 +148,11 @@ def needle_prompt(
     that makes the whole ``length`` tokens; where no cut gives exactly that (a character that merges
     into its neighbour's token), the prompt is one token shorter.
     """
-    bos = list(start)
+    start = list(start)
+    bos = [] if start and tokenizer.encode(wrapper.before)[: len(start)] == start else start
     suffix = needle.prompt.format(question=needle.question)
-    fixed = len(bos) + len(tokenizer.encode(" " + needle.sentence + suffix))
+    prefix = needle.prefix(wrapper)
+    fixed = len(bos) + len(tokenizer.encode(wrapper.wrap(" " + needle.sentence + suffix, prefix)))
     if length - fixed < 1:
         raise ValueError(f"length {length} is too short for the needle and question ({fixed + 1} tokens)")
     sentences, used = [], 0
@@ -149,7 +168,8 @@ def needle_prompt(
         sentence starts in it."""
         hay = [*sentences[:-1], sentences[-1][:chars]]
         head = "".join(hay[:cut])
-        return head + " " + needle.sentence + "".join(hay[cut:]) + suffix, len(head) + 1
+        task = head + " " + needle.sentence + "".join(hay[cut:]) + suffix
+        return wrapper.wrap(task, prefix), len(wrapper.before) + len(head) + 1
 
     def count(chars: int) -> int:
         return len(bos) + len(tokenizer.encode(build(chars)[0]))
@@ -167,4 +187,6 @@ def needle_prompt(
     b = a + len(needle.answer)
     span = [j for j, (s, e) in enumerate(offsets) if s < b and e > a]
     source = "builtin" if not files else ",".join(str(f) for f in files)
-    return NeedlePrompt(bos + ids, len(bos) + span[0], len(bos) + span[-1] + 1, needle, depth, source, text)
+    return NeedlePrompt(
+        bos + ids, len(bos) + span[0], len(bos) + span[-1] + 1, needle, depth, source, text, wrapper.format
+    )

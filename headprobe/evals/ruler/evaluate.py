@@ -32,7 +32,7 @@ from headprobe.evals.ruler.samples import qa_file_kinds, read_samples, skip_warn
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate, score_rows
 from headprobe.evals.ruler.tasks import TASKS, Task, resolve_tasks
-from headprobe.evals.ruler.templates import resolve_wrapper
+from headprobe.evals.ruler.templates import BASE_WRAPPER
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.ranks import Ranks
 from headprobe.runs import (
@@ -48,6 +48,7 @@ from headprobe.runs import (
     write_results,
 )
 from headprobe.text.files import TextFileError, read_text_file
+from headprobe.text.prompt_format import PromptFormat, PromptFormatError, Wrapper, resolve_wrapper
 
 
 @dataclass
@@ -62,7 +63,10 @@ class RulerSettings:
         haystack_files: text files replacing the generated prose of the essay haystack.
         qa_files: SQuAD v2 and/or HotpotQA dev files (else the built-in generated set).
         data: read samples from this JSON-lines file instead of generating them.
-        wrapper: RULER's model template: ``base``, ``chat`` or a string/file with ``{task_template}``.
+        prompt_format: how prompts are put to the model: ``auto`` (its chat template where it has one, else
+            plain), ``chat``, ``plain`` (RULER's ``base``), or a custom wrapper (a string or file holding
+            ``{task_template}``): :mod:`headprobe.text.prompt_format`. Samples read from ``data`` keep the
+            wrapper they were generated with.
         fit: ``ruler`` (RULER's size search, samples below the target) or ``tight`` (each sample fills its
             budget), :class:`~headprobe.evals.ruler.generate.Fit`.
         cwe_rule: ``ruler`` or ``fit``, :class:`~headprobe.evals.ruler.generate.CweRule`.
@@ -78,7 +82,7 @@ class RulerSettings:
     haystack_files: list[str] | None = None
     qa_files: list[str] | None = None
     data: str | None = None
-    wrapper: str = "base"
+    prompt_format: str = "auto"
     fit: str = "ruler"
     cwe_rule: str = "ruler"
     dtype: str | None = None
@@ -91,6 +95,11 @@ class RulerSettings:
             raise RulerError("`lengths` must be positive token counts")
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
+        if self.prompt_format not in {*(f.value for f in PromptFormat), "base"}:
+            try:  # a custom wrapper: a string or file holding {task_template}
+                resolve_wrapper(self.prompt_format, None)
+            except (PromptFormatError, OSError) as err:
+                raise RulerError(str(err)) from None
         for f in self.haystack_files or []:  # before any model loads
             try:
                 read_text_file(f, "`haystack_file`")
@@ -132,13 +141,14 @@ class RulerSettings:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def key(self, checkpoint: str | Path, prompt_start: list[int]) -> dict[str, Any]:
+    def key(self, checkpoint: str | Path, prompt_start: list[int], wrapper: str) -> dict[str, Any]:
         """The resume key of a model's predictions: everything that decides a prompt and its answer
-        except the task, length and index (which each prediction line holds)."""
+        except the task, length and index (which each prediction line holds); ``wrapper`` is the wrapper
+        the prompt format resolved to for this model (its template text)."""
         return resume_key(
             checkpoint=str(Path(checkpoint).resolve()),
             seed=self.seed,
-            wrapper=self.wrapper,
+            wrapper=wrapper,
             fit=self.fit,
             cwe_rule=self.cwe_rule,
             dtype=self.dtype,
@@ -202,11 +212,12 @@ def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None,
     return requested
 
 
-def load_samples(model: ProbedModel, checkpoint: str | Path, run: RulerRun) -> list[dict]:
+def load_samples(model: ProbedModel, run: RulerRun, wrapper: Wrapper | None) -> list[dict]:
     """The samples to evaluate: those of the data file (:meth:`RulerSettings.resolve`), or generated for
-    the model's tokenizer, its prompt start kept free (tasks too long for a length skipped there)."""
-    if run.samples is not None:
-        return run.samples
+    the model's tokenizer in ``wrapper``, its prompt start kept free (tasks too long for a length skipped
+    there)."""
+    if run.samples is not None or wrapper is None:
+        return run.samples or []
     s = run.settings
     gen = RulerGenerator(
         model.tokenizer,
@@ -214,11 +225,18 @@ def load_samples(model: ProbedModel, checkpoint: str | Path, run: RulerRun) -> l
         [Path(f) for f in s.haystack_files or []] or None,
         qa_file_kinds(s.qa_files),
         reserve=len(model.prompt_start),
-        wrapper=resolve_wrapper(s.wrapper, checkpoint),
+        wrapper=wrapper,
         fit=s.fit,
         cwe_rule=s.cwe_rule,
     )
     return list(gen.samples(run.tasks, s.lengths or [], s.samples))
+
+
+def sample_format(sample: dict[str, Any]) -> str:
+    """The prompt format a sample was made in: as recorded, else read from its wrapper (older files)."""
+    if sample.get("prompt_format"):
+        return str(sample["prompt_format"])
+    return "plain" if sample.get("wrapper") in (None, BASE_WRAPPER) else "custom"
 
 
 def decode_chunk(
@@ -232,9 +250,8 @@ def decode_chunk(
     pending = [x for x in chunk if x["index"] not in done]
     if not pending:
         return
-    stop = [model.tokenizer.eos_id] if model.tokenizer.eos_id is not None else None
     prompts = [torch.tensor([model.encode_prompt(x["input"] + x["answer_prefix"])]) for x in pending]
-    outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, stop)
+    outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, model.stop_ids)
     rows = [
         {
             "index": x["index"],
@@ -245,6 +262,7 @@ def decode_chunk(
             "fill": x.get("fill"),
             "source": x.get("source"),
             "haystack": x.get("haystack"),
+            "prompt_format": sample_format(x),
         }
         for x, ids, new in zip(pending, prompts, outputs, strict=True)
     ]
@@ -277,15 +295,16 @@ def evaluate(
     warning = check_trained_lengths(checkpoint, lengths, settings.allow_beyond_trained)  # before the model loads
     if warning:
         progress.log(f"{name}: {warning}")
-    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype))
+    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype), log=progress.log)
     batch = {}
     for length in lengths:
         model.check_length(length)
         batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
     store = Predictions(out, ranks.rank)
-    key = settings.key(checkpoint, model.prompt_start)
+    wrapper = model.prompt_wrapper(settings.prompt_format) if run.samples is None else None  # data: as generated
+    key = settings.key(checkpoint, model.prompt_start, "as in `data`" if wrapper is None else wrapper.template)
     store.check(key)  # before generating: a refusal costs nothing
-    samples = load_samples(model, checkpoint, run)  # every process generates the same samples
+    samples = load_samples(model, run, wrapper)  # every process generates the same samples
     if ranks.is_main:
         store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
     skipped = skipped_tasks(samples, {t.name for t in tasks})
@@ -309,7 +328,9 @@ def evaluate(
     rows = {f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups}
     table = score_rows(name, tasks, rows)
     scores = aggregate(table, tasks, skipped)
-    write_results(out, name, checkpoint, settings.to_dict(), ((RULER_SAMPLES, table), (RULER_SCORES, scores)))
+    write_results(
+        out, name, checkpoint, settings.to_dict(), ((RULER_SAMPLES, table), (RULER_SCORES, scores)), model.facts()
+    )
     return scores
 
 

@@ -50,6 +50,7 @@ from headprobe.model.config import Choice
 from headprobe.text.corpus import Writer
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.haystack import split_sentences
+from headprobe.text.prompt_format import PLAIN, Wrapper
 from headprobe.text.wordlists import shipped
 
 
@@ -247,7 +248,7 @@ class RulerGenerator:
         haystack_files: text files replacing the generated prose of the ``essay`` haystack.
         qa_files: ``{"squad": path, "hotpotqa": path}`` original dataset files (else the built-in set).
         reserve: tokens to keep free for special tokens the evaluator adds (e.g. a BOS).
-        wrapper: RULER's model template around every task prompt (see :mod:`headprobe.evals.ruler.templates`).
+        wrapper: RULER's model template around every task prompt (:mod:`headprobe.text.prompt_format`).
             Unlike RULER, the singular rewrite never edits the wrapper's own text.
         fit: ``ruler`` (RULER's size search and whole-step shrinking) or ``tight`` (:class:`Fit`).
         cwe_rule: ``ruler`` or ``fit`` (:class:`CweRule`).
@@ -260,15 +261,15 @@ class RulerGenerator:
         haystack_files: list[Path] | None = None,
         qa_files: dict[str, Path] | None = None,
         reserve: int = 0,
-        wrapper: str = T.BASE_WRAPPER,
+        wrapper: Wrapper = PLAIN,
         fit: Fit | str = Fit.RULER,
         cwe_rule: CweRule | str = CweRule.RULER,
     ) -> None:
         self.tokenizer, self.seed, self.reserve = tokenizer, seed, reserve
         self.fit, self.cwe_rule = Fit(fit), CweRule(cwe_rule)
         self._sizes: dict[tuple[str, int], int] = {}
-        self.wrapper = wrapper
-        self.wrap_before, self.wrap_after = T.split_wrapper(wrapper)
+        self.wrapper, self.prompt_format = wrapper.template, wrapper.format
+        self.wrap_before, self.wrap_after = wrapper.before, wrapper.after
         self.counter = Counter(tokenizer)
         self.essay = EssayCorpus(haystack_files)
         self.qa_files = qa_files or {}
@@ -318,6 +319,7 @@ class RulerGenerator:
             "haystack": haystack,
             "source": source,
             "wrapper": self.wrapper,
+            "prompt_format": self.prompt_format,
         }
         return sample | ({"cwe_rule": str(self.cwe_rule)} if task.family == "cwe" else {})
 

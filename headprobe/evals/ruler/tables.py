@@ -34,6 +34,7 @@ RULER_SAMPLES = Schema(
         Column("fill", "float", "prompt tokens over the budget (length - tokens to generate)"),
         Column("source", "str", "where the sample's material came from"),
         Column("haystack", "str", "which text filled it"),
+        Column("prompt_format", "str", "the prompt's wrapper: plain, chat or custom (headprobe.text.prompt_format)"),
     ),
 )
 
@@ -75,6 +76,7 @@ def score_rows(model: str, tasks: Sequence[Task], rows: dict[str, list[dict]]) -
                     "fill": float(r["fill"]) if r.get("fill") is not None else float("nan"),
                     "source": str(r.get("source")),
                     "haystack": str(r.get("haystack")),
+                    "prompt_format": str(r.get("prompt_format") or "unrecorded"),
                 }
             )
     return pd.DataFrame.from_records(records) if records else RULER_SAMPLES.empty()

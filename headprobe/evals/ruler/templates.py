@@ -3,15 +3,15 @@
 
 A *wrapper* is RULER's ``model_template``: a string holding ``{task_template}`` once (``base`` is just
 ``{task_template}``; a chat wrapper adds the user-turn header before and the assistant-turn header
-after). The final prompt is ``wrapper(task prompt) + answer_prefix``.
+after). The final prompt is ``wrapper(task prompt) + answer_prefix``; which wrapper a model gets is the
+one prompt-format rule of :mod:`headprobe.text.prompt_format`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from headprobe.text.prompt_format import PLAIN
 
-BASE_WRAPPER = "{task_template}"
-_SLOT = "{task_template}"
+BASE_WRAPPER = PLAIN.template  # RULER's ``base``: the task prompt alone
 
 NIAH_TEMPLATE = (
     "Some special magic {type_needle_v} are hidden within the following text. Make sure to memorize it. "
@@ -58,48 +58,3 @@ def singular(template: str) -> str:
     ``Some -> A``, ``are all -> is``, ``are -> is``, ``answers -> answer``. The caller also drops the
     plural ``s`` of the value type (``numbers -> number``)."""
     return template.replace("Some", "A").replace("are all", "is").replace("are", "is").replace("answers", "answer")
-
-
-def split_wrapper(wrapper: str) -> tuple[str, str]:
-    """``(before, after)`` of a wrapper's ``{task_template}`` slot; raises ``ValueError`` naming the problem."""
-    if wrapper.count(_SLOT) != 1:
-        raise ValueError(
-            f"a wrapper must contain {_SLOT} exactly once (found {wrapper.count(_SLOT)}): e.g. "
-            "'<|user|>\\n{task_template}<|assistant|>\\n'"
-        )
-    before, after = wrapper.split(_SLOT)
-    return before, after
-
-
-def resolve_wrapper(spec: str, model_dir: str | Path | None = None) -> str:
-    """The wrapper string for ``--wrapper``: ``base``; ``chat`` (the chat template in the model's
-    ``tokenizer_config.json``, rendered for one user turn plus the assistant-turn header); a file holding
-    the wrapper; or the wrapper string itself."""
-    if spec == "base":
-        return BASE_WRAPPER
-    if spec == "chat":
-        return chat_wrapper(model_dir)
-    path = Path(spec)
-    if _SLOT not in spec and path.is_file():
-        spec = path.read_text(encoding="utf-8")
-    split_wrapper(spec)
-    return spec
-
-
-def chat_wrapper(model_dir: str | Path | None) -> str:
-    """A local model's chat template as a wrapper (rendered by transformers, offline)."""
-    if model_dir is None or not (Path(model_dir) / "tokenizer_config.json").is_file():
-        raise ValueError(
-            f"`wrapper` chat needs a model folder with tokenizer_config.json (got {model_dir}); give the "
-            "wrapper string instead, e.g. `wrapper` '<|user|>\\n{task_template}<|assistant|>\\n'"
-        )
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    if not getattr(tok, "chat_template", None):
-        raise ValueError(f"{model_dir}/tokenizer_config.json has no chat_template; use `wrapper` base or a string")
-    marker = "\x00HEADPROBE_TASK\x00"
-    text = tok.apply_chat_template([{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True)
-    if text.count(marker) != 1:
-        raise ValueError(f"{model_dir}: the chat template does not place the user message exactly once")
-    return text.replace(marker, _SLOT)
