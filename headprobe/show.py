@@ -8,7 +8,9 @@ eval`` or ``shortctx eval`` output or a whole study folder), so nothing here kno
 * ``entropy``, ``reordering``: per-layer-type means, one row per checkpoint;
 * ``erank``: mean effective rank per layer type, one row per checkpoint;
 * ``ruler``: the RULER-style score per length and overall, one row per checkpoint;
-* ``shortctx``: short-context accuracy (acc, acc_norm) per task, one row per checkpoint.
+* ``shortctx``: short-context accuracy (acc, acc_norm) per task, one row per checkpoint;
+* ``ablation``: needle accuracy per condition (baseline, top / random / named heads ablated), one row per
+  checkpoint x task x length; random sets as their mean with the range over seeds.
 
 A table without a ``model`` column (the ``retrieval`` tables ``analyze`` wrote before every table got one)
 takes the model its metadata names.
@@ -23,7 +25,7 @@ import pandas as pd
 
 from headprobe.results import read_table
 
-SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx")
+SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation")
 RETRIEVAL_HEAD = 0.1  # Wu et al.'s threshold on the retrieval score
 
 
@@ -126,10 +128,50 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                     "0-1; acc: the likeliest choice is right, acc_norm: the likeliest per character",
                 )
             )
+    if "ablation" in wanted:
+        frame = _collect(folder, "ablation")
+        if not frame.empty:
+            out.append(
+                ShownTable(
+                    "needle accuracy with heads ablated",
+                    ablation_table(frame),
+                    "0-1, depths pooled by their prompts; random: mean over the seeds' sets (lowest-highest)",
+                )
+            )
     if not out:
         raise ValueError(
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
-            "erank, ruler_scores and shortctx_scores Parquet files below it); run `headprobe analyze`, "
-            "`headprobe ruler eval` or `headprobe shortctx eval` first"
+            "erank, ruler_scores, shortctx_scores and ablation Parquet files below it); run `headprobe analyze`, "
+            "`headprobe ruler eval`, `headprobe shortctx eval` or `headprobe ablate` first"
         )
     return out
+
+
+def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ``ablation`` table as one row per model x task x length and one column per condition
+    (``baseline``, ``top 10 zero``, ``random 10 zero``, ``17.3,18.7 mean``): the accuracy pooled over
+    depths (each weighted by its prompts), random sets as the mean over seeds with their range."""
+    frame = frame.assign(hits=frame["accuracy"] * frame["n"], heads=frame["heads"].fillna(""))
+    keys = ["model", "task", "length", "condition", "mode", "n_heads", "heads", "seed"]
+    per_set = frame.groupby(keys, sort=False)[["hits", "n"]].sum().reset_index()
+    per_set["accuracy"] = per_set["hits"] / per_set["n"]
+    per_set["heads"] = per_set["heads"].where(per_set["condition"] == "heads", "")
+
+    def label(r: pd.Series) -> str:
+        if r["condition"] == "baseline":
+            return "baseline"
+        what = r["heads"] if r["condition"] == "heads" else f"{r['condition']} {int(r['n_heads'])}"
+        return f"{what} {r['mode']}"
+
+    per_set["column"] = per_set.apply(label, axis=1)
+    cells = per_set.groupby(["model", "task", "length", "column"], sort=False)["accuracy"].agg(
+        ["mean", "min", "max", "size"]
+    )
+
+    def cell(r: pd.Series) -> str:
+        return f"{r['mean']:.2f}" if r["size"] == 1 else f"{r['mean']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
+
+    shown = cells.apply(cell, axis=1).rename("accuracy").reset_index()
+    return shown.pivot_table(
+        index=["model", "task", "length"], columns="column", values="accuracy", aggfunc="first", sort=False
+    )

@@ -4,6 +4,7 @@ as this command's flags.
 
 ==========  =========================================================================================
 analyze     ``headprobe analyze``
+ablate      ``headprobe ablate``: needle accuracy with heads ablated
 ruler       ``headprobe ruler generate|eval``
 shortctx    ``headprobe shortctx eval``
 plan        ``headprobe plan``
@@ -28,7 +29,7 @@ import threading
 import typer
 
 from headprobe.cleanup import run_cleanups
-from headprobe.cli import analyze, explore, figures, plan, ruler, shortctx, show, study
+from headprobe.cli import ablate, analyze, explore, figures, plan, ruler, shortctx, show, study
 from headprobe.cli.train import add_trainer_commands
 
 _EXPECTED = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
@@ -138,6 +139,7 @@ shortctx_app = typer.Typer(help="Short-context multiple-choice evaluation by log
 shortctx_app.command("eval")(shortctx.shortctx_eval)
 
 app.command("analyze")(analyze.analyze)
+app.command("ablate")(ablate.ablate)
 app.add_typer(ruler_app, name="ruler")
 app.add_typer(shortctx_app, name="shortctx")
 app.command("plan")(plan.plan)

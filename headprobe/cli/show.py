@@ -17,15 +17,15 @@ def show(
     ],
     metric: Annotated[
         str | None,
-        typer.Option(help="comma list of retrieval, entropy, reordering, erank, ruler, shortctx (default: all)"),
+        typer.Option(
+            help="comma list of retrieval, entropy, reordering, erank, ruler, shortctx, ablation (default: all)"
+        ),
     ] = None,
     top: Annotated[int, typer.Option(help="retrieval heads listed per checkpoint")] = 10,
 ) -> None:
     """Print what a results folder holds as small tables, checkpoints side by side: the top retrieval
     heads, retrieval-head counts and per-layer-type means, RULER-style scores, short-context accuracy. No
     pandas needed."""
-    from rich.table import Table
-
     from headprobe.show import show_tables
 
     if top < 1:
@@ -34,6 +34,13 @@ def show(
         tables = show_tables(results, words(metric) if metric else None, top)
     except ValueError as err:
         raise fail(err, ctx) from None
+    print_tables(tables)
+
+
+def print_tables(tables: list) -> None:
+    """:class:`headprobe.show.ShownTable` s on the terminal, as rich tables."""
+    from rich.table import Table
+
     console = wide_console()
     for shown in tables:
         frame = shown.frame.reset_index()

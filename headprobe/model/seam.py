@@ -6,7 +6,9 @@ its call as an :class:`AttentionCall` and hands it, with its values, to the mode
 The seam shows the call to every attached probe (streaming statistics, the explorer), then computes
 the output with the seam's attention backend (:func:`headprobe.model.attention.attention`; a new
 kernel is a new backend). So probes see exactly the queries and keys the output is computed from,
-and no dense ``L x L`` attention pattern is ever built for them.
+and no dense ``L x L`` attention pattern is ever built for them. Interventions (:meth:`Seam.intervene`,
+e.g. head ablation, :mod:`headprobe.probe.ablation`) change each head's output before the layer's
+output projection, for our models and Hugging Face models alike.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class AttentionCall:
 
 
 AttentionProbe = Callable[[AttentionCall], None]
+Intervention = Callable[[AttentionCall, Tensor], Tensor]  # (call, per-head output [batch, heads, q_len, v_dim]) -> same
 
 
 class Seam:
@@ -75,6 +78,7 @@ class Seam:
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         self.backend = Backend(backend)
         self._probes: list[AttentionProbe] = []
+        self._interventions: list[Intervention] = []
 
     @property
     def probing(self) -> bool:
@@ -89,15 +93,26 @@ class Seam:
         finally:
             self._probes.remove(probe)
 
+    @contextmanager
+    def intervene(self, fn: Intervention) -> Iterator[None]:
+        """Replace every call's per-head output ``[batch, heads, q_len, v_dim]`` (before the output
+        projection) by ``fn(call, output)`` while the context is open; always removed. Probes still see
+        the call's queries and keys as computed (an intervention acts on what a head writes)."""
+        self._interventions.append(fn)
+        try:
+            yield
+        finally:
+            self._interventions.remove(fn)
+
     def __call__(self, call: AttentionCall, v: Tensor) -> Tensor:
         """Show ``call`` to the probes, then attend: ``v: [batch, kv_heads, k_len, v_dim]`` ->
-        ``[batch, heads, q_len, v_dim]``."""
+        ``[batch, heads, q_len, v_dim]``, changed by the open interventions (:meth:`intervene`)."""
         if self._probes:
             if call.padding is not None:
                 raise ProbeError("probes see one unpadded sequence: decode probed samples one at a time")
             for probe in list(self._probes):
                 probe(call)
-        return attention(
+        out = attention(
             call.q,
             call.k,
             v,
@@ -106,3 +121,6 @@ class Seam:
             backend=self.backend if call.padding is None else Backend.AUTO,
             padding=call.padding,
         )
+        for fn in list(self._interventions):
+            out = fn(call, out)
+        return out

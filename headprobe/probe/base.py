@@ -20,6 +20,7 @@ Implementations: :class:`headprobe.probe.ours.HeadprobeModel` (our checkpoints) 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -29,8 +30,9 @@ from torch import Tensor
 
 from headprobe.model.budget import MemoryEstimate, kv_cache_bytes, pass_memory
 from headprobe.model.config import LayerInfo
-from headprobe.model.seam import AttentionCall, AttentionProbe
+from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.probe.ablation import AblationMode, Head, HeadAblation, ablated
 from headprobe.probe.stops import StopTokens, describe_stops
 from headprobe.text.prompt_format import PromptFormatError, Wrapper, has_chat_template, resolve_wrapper
 
@@ -75,6 +77,20 @@ class ProbedModel:
         """The ids greedy decoding stops after: every end-of-text and end-of-turn id the model declares
         (:mod:`headprobe.probe.stops`)."""
         return list(self.stop_tokens)
+
+    @property
+    def seam(self) -> Seam:
+        """Where the model's attention calls pass (:class:`~headprobe.model.seam.Seam`)."""
+        raise NotImplementedError
+
+    def ablate(self, heads: Sequence[Head], mode: AblationMode | str = "zero") -> AbstractContextManager[HeadAblation]:
+        """Ablate ``heads`` (``zero`` or ``mean``, :mod:`headprobe.probe.ablation`) in every forward pass while
+        the context is open; always removed. Heads the model lacks raise :class:`AblationError` at once::
+
+            with model.ablate([Head(17, 3), Head(18, 7)], "zero"):
+                tokens = model.decode(ids, 32, model.stop_ids)
+        """
+        return ablated(self.seam, self.layers, heads, mode, self.name)
 
     def encode_prompt(self, text: str) -> list[int]:
         """``text`` tokenised, behind :attr:`prompt_start` (see :func:`with_prompt_start`)."""

@@ -154,13 +154,17 @@ class HFModel(ProbedModel):
             LayerInfo(i, LayerType.SLIDING if w else LayerType.FULL, heads, kv, head_dim, head_dim, w)
             for i, w in enumerate(_hf_windows(cfg))
         ]
-        self.seam = Seam()
+        self._seam = Seam()
         self.max_positions = getattr(cfg, "max_position_embeddings", None)
         self.d_model = cfg.hidden_size
         self.d_ff = getattr(cfg, "intermediate_size", 4 * cfg.hidden_size)
         self._decoder_layers = self._find_layers()
         # transformers renamed `past_key_values` to `cache` (5.24 warns about the old name)
         self._cache_arg = "cache" if "cache" in inspect.signature(self.hf.forward).parameters else "past_key_values"
+
+    @property
+    def seam(self) -> Seam:
+        return self._seam
 
     def _find_layers(self):
         inner = getattr(self.hf, "model", None)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from headprobe.model.kv_cache import KVCache
-from headprobe.model.seam import AttentionProbe
+from headprobe.model.seam import AttentionProbe, Seam
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.probe.base import ProbedModel, ResidualProbe
@@ -31,6 +31,10 @@ class HeadprobeModel(ProbedModel):
         self.max_positions = None  # RoPE has no table limit; cfg.max_seq_len is the trained length
         self.trained_length = cfg.max_seq_len
         self.prompt_start = []  # trained on packed documents without a BOS (see ProbedModel.prompt_start)
+
+    @property
+    def seam(self) -> Seam:
+        return self.model.seam
 
     @contextlib.contextmanager
     def _residual_hooks(self, residual: ResidualProbe | None) -> Iterator[None]:

@@ -103,10 +103,45 @@ NEEDLE_SETS: dict[str, tuple[Needle, ...]] = {"builtin": NEEDLES, "codes": CODE_
 
 
 def needle_set(name: str) -> tuple[Needle, ...]:
-    """A needle set by name (:data:`NEEDLE_SETS`)."""
-    if name not in NEEDLE_SETS:
-        raise ValueError(f"unknown `needles` {name!r}; choose one of {', '.join(NEEDLE_SETS)}")
-    return NEEDLE_SETS[name]
+    """A needle set by name (:data:`NEEDLE_SETS`), or the needles of a JSON-lines file (:func:`read_needles`)."""
+    if name in NEEDLE_SETS:
+        return NEEDLE_SETS[name]
+    if name.endswith((".jsonl", ".json")) or Path(name).is_file():
+        return read_needles(name)
+    raise ValueError(f"unknown `needles` {name!r}; choose one of {', '.join(NEEDLE_SETS)} or a .jsonl file of needles")
+
+
+NEEDLE_FIELDS = ("before", "answer", "after", "question")
+
+
+def read_needles(path: str | Path) -> tuple[Needle, ...]:
+    """Needles from a JSON-lines file, one object per line with ``before``, ``answer``, ``after`` and
+    ``question`` (the sentence hidden is ``before + answer + after``), and optionally ``prompt``,
+    ``answer_prefix``, ``chat_prefix`` (:class:`Needle`); raises naming the file, line and field."""
+    import json
+
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"`needles` {path}: cannot read it as UTF-8 text ({err})") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"`needles` {path}:{number} is not JSON ({err.msg})") from None
+        missing = [f for f in NEEDLE_FIELDS if not isinstance(raw, dict) or not isinstance(raw.get(f), str)]
+        if missing or not raw["answer"].strip():
+            what = ", ".join(missing) or "a non-empty answer"
+            raise ValueError(f"`needles` {path}:{number} lacks {what}; each line needs {', '.join(NEEDLE_FIELDS)}")
+        extra = {k: raw[k] for k in ("prompt", "answer_prefix", "chat_prefix") if isinstance(raw.get(k), str)}
+        out.append(Needle(*(raw[f] for f in NEEDLE_FIELDS), **extra))
+    if not out:
+        raise ValueError(f"`needles` {path} holds no needle")
+    return tuple(out)
 
 
 @dataclass(frozen=True)

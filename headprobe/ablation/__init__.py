@@ -1,0 +1,22 @@
+"""``headprobe ablate`` as a library: needle accuracy with retrieval heads (or random heads) ablated.
+
+========  ===========================================================================================
+settings  ``AblateSettings``; head sets (``top:K``, ``random:K``, ``L.H,...``) made into conditions
+job       ``ablate(checkpoints, out, settings)``; the ``ablation`` and ``ablation_samples`` tables
+========  ===========================================================================================
+
+The ablation itself is :meth:`headprobe.probe.ProbedModel.ablate` (:mod:`headprobe.probe.ablation`).
+"""
+
+from headprobe.ablation.job import ABLATION, ABLATION_SAMPLES, ablate
+from headprobe.ablation.settings import AblateSettings, Condition, conditions, ranked_heads
+
+__all__ = [
+    "ABLATION",
+    "ABLATION_SAMPLES",
+    "AblateSettings",
+    "Condition",
+    "ablate",
+    "conditions",
+    "ranked_heads",
+]

@@ -1,0 +1,260 @@
+"""``headprobe ablate``: needle accuracy with sets of heads ablated, against the unablated model.
+
+Wu et al. (2025) show that retrieval heads matter by masking them: with the top retrieval heads
+ablated, needle-in-a-haystack retrieval breaks; with as many random heads ablated, it does not. This
+job runs that test on any model: every condition (:func:`headprobe.ablation.settings.conditions`: the
+baseline, the ``top`` set, ``random`` sets per seed, named heads; each in every ablation mode) decodes
+the very same prompts, needle prompts at every length and depth and RULER-style ``niah`` samples.
+
+Output, in ``OUT/<model>/`` (tables through :mod:`headprobe.results`):
+
+* ``ablation_samples``: one row per condition x task x length x prompt (the answer and its score);
+* ``ablation``: one row per condition x task x length x depth: ``accuracy`` (mean score) over ``n``
+  prompts, the table ``headprobe show`` and the ``ablation`` figure read;
+* ``parts/``: one table per condition x task x length with its resume key: a rerun skips them.
+
+``OUT/run.json`` records the command, settings, versions and the head sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from headprobe.ablation.settings import (
+    NEEDLE_TASK,
+    AblateSettings,
+    Condition,
+    accuracy_table,
+    conditions,
+    ranked_heads,
+)
+from headprobe.evals.ruler.evaluate import decode_batch_size
+from headprobe.evals.ruler.generate import RulerGenerator
+from headprobe.evals.ruler.scoring import postprocess
+from headprobe.evals.ruler.tasks import TASKS
+from headprobe.metrics.retrieval import answer_stops, rouge1_recall
+from headprobe.model.atomic import folder_lock
+from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.probe.ablation import AblationMode, Head, check_heads
+from headprobe.results import Column, Schema
+from headprobe.runs import (
+    Parts,
+    Progress,
+    RunReport,
+    Silent,
+    checkpoint_name,
+    resume_key,
+    table_meta,
+    write_results,
+    write_run_record,
+)
+from headprobe.text.needles import needle_prompt, needle_set
+from headprobe.text.prompt_format import Wrapper
+
+CONDITION_COLUMNS = (
+    Column("condition", "str", "baseline, top (the top retrieval heads), random (a random set) or heads (named)"),
+    Column("mode", "str", "none (baseline), zero or mean"),
+    Column("heads", "str", "the heads ablated, LAYER.HEAD comma-joined ('' for the baseline)"),
+    Column("n_heads", "int", "how many heads were ablated"),
+    Column("seed", "int", "the seed that drew a random set (-1 otherwise)"),
+    Column("task", "str", "needle (the analyze needles) or a RULER-style niah task"),
+    Column("length", "int", "target prompt length in tokens"),
+    Column("depth", "float", "needle depth in percent (NaN for RULER tasks, which place their own)"),
+)
+ABLATION_SAMPLES = Schema(
+    "ablation_samples",
+    (
+        *CONDITION_COLUMNS,
+        Column("sample", "int", "the prompt's index at this task and length (the same prompt in every condition)"),
+        Column("response", "str", "the greedy answer"),
+        Column("correct", "float", "needle: 1 if ROUGE-1 recall > 0.5 else 0; RULER: the task's metric / 100"),
+        Column("token_count", "int", "prompt tokens"),
+        Column("prompt_format", "str", "plain, chat or custom"),
+    ),
+)
+ABLATION = Schema(
+    "ablation",
+    (
+        *CONDITION_COLUMNS,
+        Column("accuracy", "float", "mean score of the cell's prompts (0-1)"),
+        Column("n", "int", "prompts in the cell"),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt every condition decodes: ``ids`` (prompt start included), how to score its answer."""
+
+    task: str
+    length: int
+    sample: int
+    depth: float
+    ids: list[int]
+    budget: int
+    answers: list[str]
+    prompt_format: str
+
+
+def needle_prompts(model: ProbedModel, s: AblateSettings, length: int, wrapper: Wrapper) -> list[Prompt]:
+    """``samples`` needle prompts at each depth, needles in turn, each with its own haystack seed."""
+    needles, out = needle_set(s.needles), []
+    for i, (depth, k) in enumerate((d, k) for d in s.depths for k in range(s.samples)):
+        needle = needles[(k + s.depths.index(depth)) % len(needles)]
+        p = needle_prompt(
+            model.tokenizer, needle, length, depth, seed=s.seed + i, start=model.prompt_start, wrapper=wrapper
+        )
+        out.append(Prompt(NEEDLE_TASK, length, i, depth, p.ids, s.max_new_tokens, [needle.answer], p.prompt_format))
+    return out
+
+
+def ruler_prompts(model: ProbedModel, s: AblateSettings, task: str, length: int, wrapper: Wrapper) -> list[Prompt]:
+    """Samples ``0 .. samples-1`` of a RULER-style task, as ``ruler eval`` makes them."""
+    gen = RulerGenerator(model.tokenizer, s.seed, reserve=len(model.prompt_start), wrapper=wrapper)
+    out = []
+    for i in range(s.samples):
+        x = gen.sample(task, length, i)
+        ids = model.encode_prompt(x["input"] + x["answer_prefix"])
+        out.append(
+            Prompt(task, length, i, float("nan"), ids, TASKS[task].tokens_to_generate, x["outputs"], wrapper.format)
+        )
+    return out
+
+
+def score(prompt: Prompt, response: str) -> float:
+    """Needle: kept as Wu et al. keep a sample (ROUGE-1 recall > 0.5); RULER: the task's metric, 0-1."""
+    if prompt.task == NEEDLE_TASK:
+        return float(rouge1_recall(prompt.answers[0], response) > 0.5)
+    return TASKS[prompt.task].metric([postprocess(response)], [prompt.answers]) / 100
+
+
+def decode_prompts(
+    model: ProbedModel, prompts: Sequence[Prompt], condition: Condition, batch: int, progress: Progress
+) -> list[str]:
+    """Every prompt's greedy answer under ``condition``: in batches (left-padded caches) for the baseline
+    and zero ablation, one prompt at a time for mean ablation (its means follow one sequence)."""
+    stops = answer_stops(model) if prompts[0].task == NEEDLE_TASK else model.stop_ids
+    size = 1 if condition.mode == AblationMode.MEAN else batch
+    answers: list[str] = []
+    for start in range(0, len(prompts), size):
+        chunk = prompts[start : start + size]
+        tensors = [torch.tensor([p.ids]) for p in chunk]
+        if condition.mode == "none":
+            tokens = model.decode_batch(tensors, chunk[0].budget, stops)
+        else:
+            with model.ablate(condition.heads, condition.mode):
+                tokens = model.decode_batch(tensors, chunk[0].budget, stops)
+        answers += [model.tokenizer.decode(t) for t in tokens]
+        progress.advance(len(chunk))
+    return answers
+
+
+def sample_rows(condition: Condition, prompts: Sequence[Prompt], answers: Sequence[str]) -> pd.DataFrame:
+    return pd.DataFrame.from_records(
+        condition.columns()
+        | {"task": p.task, "length": p.length, "depth": p.depth, "sample": p.sample, "response": a,
+           "correct": score(p, a), "token_count": len(p.ids), "prompt_format": p.prompt_format}
+        for p, a in zip(prompts, answers, strict=True)
+    )  # fmt: skip
+
+
+def ablate_checkpoint(
+    path: Path, name: str, out: Path, s: AblateSettings, device: str, progress: Progress, memory: int | None
+) -> pd.DataFrame:
+    """Every condition of one model (finished parts skipped); returns its ``ablation`` table."""
+    ranked, source = (None, None) if not s.from_results else ranked_heads(s.from_results, name)
+    if source is not None and source != name:
+        progress.log(f"{name}: ranking heads by the retrieval scores of {source} in {s.from_results}")
+    warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
+    if warning:
+        progress.log(f"{name}: {warning}")
+    model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
+    every = [Head(info.index, h) for info in model.layers for h in range(info.n_heads)]
+    runs = conditions(s, every, ranked)
+    for c in runs:  # heads the model lacks (named ones, or a table of another model) fail before any decoding
+        check_heads(c.heads, model.layers, name)
+    wrapper = model.prompt_wrapper(s.prompt_format)
+    prompts: dict[tuple[str, int], list[Prompt]] = {}
+    for length in s.lengths:
+        model.check_length(length + max(s.max_new_tokens, 128))
+        for task in s.tasks:
+            made = (
+                needle_prompts(model, s, length, wrapper)
+                if task == NEEDLE_TASK
+                else ruler_prompts(model, s, task, length, wrapper)
+            )
+            prompts[task, length] = made
+    folder, parts = out / name, Parts(out / name)
+    batch = {n: decode_batch_size(model, n, memory) for n in s.lengths}
+    items = [(c, task, length) for c in runs for (task, length) in prompts]
+    progress.start(sum(len(prompts[t, n]) for _, t, n in items), name)
+    names = []
+    for c, task, length in items:
+        item = f"{c.label}-{task}-{length}"
+        names.append(item)
+        key = item_key(s, path, model, wrapper, c, task, length)
+        if parts.done(ABLATION_SAMPLES.table, item, key):
+            progress.advance(len(prompts[task, length]))
+            continue
+        progress.describe(f"{name} {c.label} {task} @ {length:,}")
+        answers = decode_prompts(model, prompts[task, length], c, batch[length], progress)
+        frame = sample_rows(c, prompts[task, length], answers).assign(model=name)
+        meta = table_meta(ABLATION_SAMPLES.table, name, path, s.to_dict(), key=key)
+        parts.write(ABLATION_SAMPLES, item, frame, meta)
+    samples = parts.gather(ABLATION_SAMPLES.table, names)
+    table = accuracy_table(samples)
+    write_results(folder, name, path, s.to_dict(), [(ABLATION_SAMPLES, samples), (ABLATION, table)], model.facts())
+    return table
+
+
+def item_key(
+    s: AblateSettings, path: Path, model: ProbedModel, wrapper: Wrapper, c: Condition, task: str, length: int
+) -> dict[str, Any]:
+    """What decides one item's answers: the model, the prompts (task, length, needles, depths, samples, seed,
+    wrapper, budget) and the condition (its heads and mode)."""
+    return resume_key(
+        checkpoint=str(path.resolve()), dtype=s.dtype, prompt_start=model.prompt_start, wrapper=wrapper.template,
+        task=task, length=length, needles=s.needles, depths=s.depths if task == NEEDLE_TASK else None,
+        samples=s.samples, seed=s.seed, max_new_tokens=s.max_new_tokens, condition=c.columns(),
+    )  # fmt: skip
+
+
+def ablate(
+    checkpoints: Sequence[str | Path],
+    out: str | Path,
+    settings: AblateSettings | None = None,
+    *,
+    device: str = "cpu",
+    memory_limit: int | None = None,
+    progress: Progress | None = None,
+) -> RunReport[pd.DataFrame]:
+    """Ablate the head sets of ``settings`` in every checkpoint (see the module docstring); returns a
+    :class:`headprobe.runs.RunReport` of each model's ``ablation`` table and the failures. Bad settings
+    fail the whole run before any model loads."""
+    s = settings or AblateSettings()
+    s.validate()
+    for path in checkpoints:
+        check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
+        if s.from_results:  # a missing or unusable retrieval table is refused before any model loads
+            ranked_heads(s.from_results, checkpoint_name(path))
+    out, progress = Path(out), progress or Silent()
+    report: RunReport[pd.DataFrame] = RunReport(out=out)
+    with folder_lock(out):
+        for path in checkpoints:
+            name = checkpoint_name(path)
+            report.checkpoints[name] = str(path)
+            try:
+                report.results[name] = ablate_checkpoint(Path(path), name, out, s, device, progress, memory_limit)
+            except (ValueError, FileNotFoundError) as err:
+                if len(checkpoints) == 1:
+                    raise
+                report.errors[name] = str(err)
+        if report.results:
+            write_run_record(out, "ablate", s.to_dict(), report)
+    return report

@@ -1,0 +1,219 @@
+"""What decides the numbers of ``headprobe ablate``: :class:`AblateSettings`, and the head sets they name.
+
+Head sets (``heads``), each ablated in every ``mode``:
+
+==============  ==========================================================================================
+``top:K``       the K heads with the highest retrieval score in ``from_results`` (an ``analyze`` output;
+                the mean over its lengths; heads never scored are not ranked)
+``random:K``    K heads drawn per seed in ``seeds``, uniformly among the model's heads outside every
+                ``top`` set of the run (outside the top K when the run has none and ``from_results``
+                is given): the control, heads of the same number that are not retrieval heads
+``L.H,L.H``     these heads (layer.head, both from 0)
+==============  ==========================================================================================
+
+The unablated model is always measured too (condition ``baseline``), on the same prompts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headprobe.evals.ruler.tasks import TASKS
+from headprobe.probe import parse_dtype
+from headprobe.probe.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
+from headprobe.results import collect
+from headprobe.text.needles import needle_set
+from headprobe.text.prompt_format import PromptFormat
+
+NEEDLE_TASK = "needle"  # the analyze needles, scored as Wu et al. keep a sample (ROUGE-1 recall > 0.5)
+ABLATABLE_TASKS = (NEEDLE_TASK, *(name for name in TASKS if name.startswith("niah")))
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One way the model runs: ``condition`` (baseline, top, random, heads), the ablation ``mode`` (``none``
+    for the baseline), the heads ablated and, for random sets, the seed that drew them (else -1)."""
+
+    condition: str
+    mode: str
+    heads: tuple[Head, ...] = ()
+    seed: int = -1
+
+    @property
+    def label(self) -> str:
+        """A file-name-safe name, e.g. ``top-zero``, ``random-zero-s2``."""
+        return "-".join(p for p in (self.condition, self.mode, f"s{self.seed}" if self.seed >= 0 else "") if p)
+
+    def columns(self) -> dict[str, Any]:
+        return {
+            "condition": self.condition,
+            "mode": self.mode,
+            "heads": format_heads(self.heads),
+            "n_heads": len(self.heads),
+            "seed": self.seed,
+        }
+
+
+BASELINE = Condition("baseline", "none")
+
+
+@dataclass
+class AblateSettings:
+    """Everything that decides an ablation run's numbers (stored with every result).
+
+    Attributes:
+        heads: head sets (see the module docstring): ``top:K``, ``random:K``, ``L.H,L.H``.
+        from_results: the ``analyze`` output whose ``retrieval`` table ranks the heads for ``top`` sets.
+        modes: ``zero`` and/or ``mean`` (:class:`headprobe.probe.ablation.AblationMode`).
+        seeds: the seeds that draw the ``random`` sets (one set per seed).
+        tasks: ``needle`` (the analyze needles) and/or RULER-style ``niah_*`` tasks.
+        lengths: prompt lengths in tokens.
+        depths: needle depths in percent (``needle``; RULER's tasks place their needles themselves).
+        samples: prompts per length and depth (``needle``) or per length (RULER tasks).
+        needles: the needle set: ``builtin``, ``codes`` or a JSON-lines file
+            (:func:`headprobe.text.needles.needle_set`).
+        prompt_format: ``auto``, ``chat`` or ``plain`` (:mod:`headprobe.text.prompt_format`).
+        seed: haystack seed (and RULER sample seed).
+        max_new_tokens: decoding budget of a needle answer (RULER tasks use their own).
+        dtype: the model's dtype; ``None`` = as saved.
+        allow_beyond_trained: lengths beyond what the model was trained on (refused otherwise).
+    """
+
+    heads: list[str] = field(default_factory=lambda: ["top:10", "random:10"])
+    from_results: str | None = None
+    modes: list[str] = field(default_factory=lambda: ["zero"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    tasks: list[str] = field(default_factory=lambda: [NEEDLE_TASK])
+    lengths: list[int] = field(default_factory=lambda: [2048])
+    depths: list[float] = field(default_factory=lambda: [0.0, 25.0, 50.0, 75.0, 100.0])
+    samples: int = 2
+    needles: str = "builtin"
+    prompt_format: str = "auto"
+    seed: int = 0
+    max_new_tokens: int = 32
+    dtype: str | None = None
+    allow_beyond_trained: bool = False
+
+    def validate(self) -> None:
+        """Raise :class:`AblationError` naming the first bad setting (reads no model)."""
+        try:
+            parse_dtype(self.dtype)
+            PromptFormat(self.prompt_format)
+            needle_set(self.needles)
+            [AblationMode(m) for m in self.modes]
+        except ValueError as err:
+            raise AblationError(str(err)) from None
+        if not self.heads:
+            raise AblationError("no `heads` to ablate; give top:K, random:K or LAYER.HEAD,LAYER.HEAD")
+        specs = [parse_spec(h) for h in self.heads]
+        if any(kind == "top" for kind, _ in specs) and not self.from_results:
+            raise AblationError(
+                "`heads` top:K ranks heads by their retrieval scores: give `from_results`, the folder of an earlier "
+                "`headprobe analyze --metrics retrieval` of this model"
+            )
+        if any(kind == "random" for kind, _ in specs) and not self.seeds:
+            raise AblationError("`heads` random:K needs `seeds` (one random set per seed)")
+        unknown = [t for t in self.tasks if t not in ABLATABLE_TASKS]
+        if unknown or not self.tasks:
+            raise AblationError(f"`tasks` {', '.join(unknown) or 'none'}: choose among {', '.join(ABLATABLE_TASKS)}")
+        if not self.modes:
+            raise AblationError("no `modes`: choose zero and/or mean")
+        if not self.lengths or min(self.lengths) < 16:
+            raise AblationError("`lengths` must be token counts of at least 16")
+        if NEEDLE_TASK in self.tasks and (not self.depths or not all(0 <= d <= 100 for d in self.depths)):
+            raise AblationError("`depths` must be percentages between 0 and 100")
+        if self.samples < 1 or self.max_new_tokens < 1:
+            raise AblationError("`samples` and `max_new_tokens` must be >= 1")
+        if self.from_results and not Path(self.from_results).is_dir():
+            raise AblationError(f"`from_results` {self.from_results} is not a folder; give an analyze output folder")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_spec(spec: str) -> tuple[str, int | list[Head]]:
+    """``top:K`` -> ``("top", K)``, ``random:K`` -> ``("random", K)``, ``17.3,18.7`` -> ``("heads", [...])``."""
+    kind, colon, count = spec.partition(":")
+    if colon:
+        if kind not in ("top", "random") or not count.isdigit() or int(count) < 1:
+            raise AblationError(f"`heads` {spec!r}: write top:K or random:K with K >= 1, or LAYER.HEAD,LAYER.HEAD")
+        return kind, int(count)
+    return "heads", parse_heads(spec)
+
+
+def ranked_heads(from_results: str | Path, model: str) -> tuple[list[Head], str]:
+    """The heads of ``model`` in ``from_results``' ``retrieval`` table from the highest mean score (over
+    its lengths) down, ties by layer then head, unscored heads left out; and which model's table it was.
+    A folder of one model's results is taken for it whatever its name (a GGUF file and its folder may be
+    named apart); raises :class:`AblationError` when there is no usable table."""
+    table = collect(from_results, "retrieval", recursive=True)
+    if table.empty:
+        raise AblationError(
+            f"`from_results` {from_results} holds no retrieval table; run `headprobe analyze MODEL --metrics "
+            f"retrieval --out {from_results}` first, or name the heads (LAYER.HEAD,...)"
+        )
+    models = sorted(set(table["model"]))
+    if model in models:
+        chosen = model
+    elif len(models) == 1:
+        chosen = models[0]
+    else:
+        raise AblationError(
+            f"`from_results` {from_results} holds retrieval scores of {', '.join(models)}, not of {model}; "
+            "give the folder of this model's analysis"
+        )
+    scores = table[table["model"] == chosen].groupby(["layer", "head"])["value"].mean().dropna()
+    if scores.empty:
+        raise AblationError(
+            f"the retrieval table of {chosen} in {from_results} scores no head: no needle sample was kept. Rerun "
+            "analyze so that the model answers (e.g. --prompt-format chat, shorter --lengths) before ablating top heads"
+        )
+    order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+    return [Head(int(layer), int(head)) for (layer, head), _ in order], chosen
+
+
+def conditions(s: AblateSettings, all_heads: Sequence[Head], ranked: Sequence[Head] | None) -> list[Condition]:
+    """The baseline, then every head set of ``s.heads`` in every mode. ``all_heads``: the model's heads;
+    ``ranked``: :func:`ranked_heads` (needed for ``top`` sets, and to keep random sets off the top heads)."""
+    specs = [parse_spec(h) for h in s.heads]
+    tops = [k for kind, k in specs if kind == "top"]
+    for k in tops:
+        if ranked is None or len(ranked) < k:  # type: ignore[arg-type]
+            have = 0 if ranked is None else len(ranked)
+            raise AblationError(
+                f"`heads` top:{k}: only {have} heads have a retrieval score; ask for top:{have} or fewer"
+            )
+    excluded = set(ranked[: max(tops)]) if tops and ranked else set()  # type: ignore[type-var]
+    if not tops and ranked is not None:  # no top set in this run: keep the random sets off the top K anyway
+        excluded = set(ranked[: max((k for kind, k in specs if kind == "random"), default=0)])  # type: ignore[type-var]
+    pool = sorted(set(all_heads) - excluded)
+    out = [BASELINE]
+    for mode in s.modes:
+        for kind, value in specs:
+            if kind == "top":
+                out.append(Condition("top", mode, tuple(ranked[: int(value)])))  # type: ignore[index, arg-type]
+            elif kind == "random":
+                if len(pool) < int(value):  # type: ignore[arg-type]
+                    raise AblationError(f"`heads` random:{value}: only {len(pool)} heads lie outside the top set")
+                for seed in s.seeds:
+                    drawn = random.Random(f"headprobe-ablation/{seed}/{value}").sample(pool, int(value))  # type: ignore[arg-type]
+                    out.append(Condition("random", mode, tuple(sorted(drawn)), seed))
+            else:
+                out.append(Condition("heads", mode, tuple(value)))  # type: ignore[arg-type]
+    return out
+
+
+def accuracy_table(samples: pd.DataFrame) -> pd.DataFrame:
+    """The ``ablation`` table from the per-sample rows: the mean score of each condition x task x length x
+    depth cell, with its sample count ``n``."""
+    keys = ["condition", "mode", "heads", "n_heads", "seed", "task", "length", "depth"]
+    grouped = samples.groupby(keys, dropna=False, sort=False)["correct"]
+    out = grouped.agg(accuracy="mean", n="size").reset_index()
+    out["depth"] = out["depth"].astype(float)
+    return out
