@@ -12,7 +12,9 @@ from headprobe.model.attention import AttentionBackendError, attention
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
+from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.probe import HeadprobeModel
 from headprobe.testing import tiny_config
 
 
@@ -94,3 +96,18 @@ def test_probes_refuse_padded_batches():
     stacked = KVCache.stack(caches)
     with model.probe(lambda call: None), pytest.raises(ValueError, match="one at a time"):
         model(torch.randint(0, 40, (2, 1)), cache=stacked)
+
+
+def test_decoding_reports_each_step_within_a_batch():
+    """Progress within a batch: after every step, the number of tokens produced so far, up to where the
+    last row stopped (here the budget: a random model emits no stop id within 5 steps of a wide vocab)."""
+    torch.manual_seed(0)
+    model = HeadprobeModel(Transformer(tiny_config(vocab_size=264)), ByteTokenizer(), "tiny")
+    steps: list[int] = []
+    out = model.decode_batch([torch.tensor([[1, 2, 3, 4]]), torch.tensor([[5, 6]])], 5, [], on_step=steps.append)
+    assert steps == [1, 2, 3, 4, 5] and [len(o) for o in out] == [5, 5]
+    steps.clear()
+    first = model.decode(torch.tensor([[1, 2, 3, 4]]), 5, [])
+    cut = first.index(first[1]) + 1  # decoding stops after the first occurrence of the stop id
+    single = model.decode_batch([torch.tensor([[1, 2, 3, 4]])], 5, [first[1]], on_step=steps.append)
+    assert single == [first[:cut]] and steps == list(range(1, cut + 1))  # stopped there, and said so

@@ -477,7 +477,7 @@ class Oracle(ProbedModel):
         refs = next(v for k, v in self.answers.items() if text.startswith(k))
         return [] if self.silent else self.tokenizer.encode(" " + " ".join(refs))
 
-    def decode_batch(self, prompts, max_new_tokens, stop_ids=None):
+    def decode_batch(self, prompts, max_new_tokens, stop_ids=None, on_step=None):
         self.batches.append(len(prompts))
         return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
 

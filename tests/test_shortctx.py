@@ -229,7 +229,7 @@ class Echo(ProbedModel):
         text = self.tokenizer.decode(prompt_ids[0].tolist()).upper() + "\nno"
         return self.tokenizer.encode(text)[:max_new_tokens]
 
-    def decode_batch(self, prompts, max_new_tokens, stop_ids=None):
+    def decode_batch(self, prompts, max_new_tokens, stop_ids=None, on_step=None):
         self.batches.append(len(prompts))
         return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
 

@@ -145,11 +145,13 @@ class ProbedModel:
         stop_ids: list[int] | None = None,
         probe: DecodeProbe | None = None,
         state: Any = None,
+        on_step: Callable[[int], None] | None = None,
     ) -> list[int]:
         """Greedy decoding of ``prompt_ids [1, n]``: prefill ``n - 1`` tokens, then one step per token
         from the last prompt token; ``probe(step, token, call)`` sees every attention call of each step
         together with the token that step produced. Stops after a token in ``stop_ids``. ``state``: the
-        first ``n - 1`` tokens already prefilled (:meth:`prefill`)."""
+        first ``n - 1`` tokens already prefilled (:meth:`prefill`). ``on_step(n)`` hears after each step
+        how many tokens were produced."""
         ids = prompt_ids.to(self.device)
         state = self._prefill(ids[:, :-1]) if state is None else state
         token = ids[:, -1:]
@@ -161,6 +163,8 @@ class ProbedModel:
             out.append(nxt)
             for call in calls:
                 probe(step, nxt, call)  # type: ignore[misc]
+            if on_step is not None:
+                on_step(step + 1)
             if stop_ids and nxt in stop_ids:
                 break
             token = torch.tensor([[nxt]], device=self.device)
@@ -168,26 +172,33 @@ class ProbedModel:
 
     @torch.no_grad()
     def decode_batch(
-        self, prompts: list[Tensor], max_new_tokens: int, stop_ids: list[int] | None = None
+        self,
+        prompts: list[Tensor],
+        max_new_tokens: int,
+        stop_ids: list[int] | None = None,
+        on_step: Callable[[int], None] | None = None,
     ) -> list[list[int]]:
         """Greedy continuations of several prompts ``[1, n_i]`` (lengths may differ), each cut after its
         first stop token: the tokens :meth:`decode` gives each prompt, computed together. Each prompt
         minus its last token is prefilled on its own, the caches are left-padded into one
-        (:meth:`_stack`) and every step advances all rows from their last prompt tokens."""
+        (:meth:`_stack`) and every step advances all rows from their last prompt tokens. ``on_step(n)``
+        hears after each step how many tokens the batch has produced (progress within a batch)."""
         if len(prompts) <= 1:
-            return [self.decode(p, max_new_tokens, stop_ids) for p in prompts]
+            return [self.decode(p, max_new_tokens, stop_ids, on_step=on_step) for p in prompts]
         ids = [p.to(self.device) for p in prompts]
         state = self._stack([self._prefill(p[:, :-1]) for p in ids])
         token = torch.cat([p[:, -1:] for p in ids])  # [batch, 1]
         out: list[list[int]] = [[] for _ in ids]
         live = set(range(len(ids)))
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             token = self._step(state, token, None)[:, -1].argmax(-1, keepdim=True)
             produced = token[:, 0].tolist()  # one device sync per step
             for row in sorted(live):
                 out[row].append(produced[row])
                 if stop_ids and out[row][-1] in stop_ids:
                     live.discard(row)
+            if on_step is not None:
+                on_step(step + 1)
             if not live:
                 break
         return out

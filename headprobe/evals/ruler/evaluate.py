@@ -251,7 +251,13 @@ def decode_chunk(
     if not pending:
         return
     prompts = [torch.tensor([model.encode_prompt(x["input"] + x["answer_prefix"])]) for x in pending]
-    outputs = model.decode_batch(prompts, TASKS[task].tokens_to_generate, model.stop_ids)
+    budget = TASKS[task].tokens_to_generate
+    where = f"{task} @ {length:,}, {len(pending)} samples"
+
+    def step(n: int) -> None:  # progress within a batch: a long prompt's tokens come seconds apart on a CPU
+        progress.describe(f"{where}, token {n}/{budget}")
+
+    outputs = model.decode_batch(prompts, budget, model.stop_ids, on_step=step)
     rows = [
         {
             "index": x["index"],
