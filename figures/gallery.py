@@ -70,9 +70,14 @@ def gallery(
         "them on one HTML page, and `make demo` / `headprobe study` do both at the end. Colours follow the head",
         "shape (darker = wider heads; asymmetric members in their own hues); small dots are single seeds, large",
         "ones their mean; stars are the study's published values, drawn only for members of its scale.",
-        "The per-model figures (retrieval heads, entropy and effective rank by layer, RULER-style grid,",
-        "ablation) draw any model's `headprobe analyze` / `headprobe ruler eval` / ablation results, a panel",
-        "or a colour per model" + (f"; here from `{also_command}`." if also and also_command else "."),
+        "",
+        "The per-model figures at the end (retrieval score of every head, entropy and effective rank by layer,",
+        "RULER-style score by task and length, ablation) draw any model's own results: `headprobe figures OUT`",
+        "on the folder of `headprobe analyze --out OUT` and/or `headprobe ruler eval --out OUT` (one model or",
+        "several: a panel or a colour per model; lengths run into other folders below OUT are joined). In a",
+        "study's folder they draw only models that are not its runs, and a folder holding nothing a study",
+        "writes leaves the study's figures out (each command lists what it skipped and why)"
+        + (f"; here from {also_command}." if also and also_command else "."),
         "",
     ]
     for spec, made in _drawn([results, *map(Path, also)], skipped):

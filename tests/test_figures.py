@@ -378,11 +378,14 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium)")
-def test_the_report_opens_in_a_browser_without_errors_and_every_image_loads(results, tmp_path):
+@pytest.mark.parametrize("folder", ["results", "analyzed"])  # a study's, and one of `headprobe analyze`
+def test_the_report_opens_in_a_browser_without_errors_and_every_image_loads(folder, request, tmp_path):
     from figures.report import write_report
 
     playwright = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
-    write_report(results, tmp_path / "r.html", figures.SPECS)
+    shown = write_report(request.getfixturevalue(folder), tmp_path / "r.html", figures.SPECS).shown
+    expected = figures.STUDY_SPECS if folder == "results" else figures.MODEL_SPECS[:2]
+    assert shown == [s.name for s in expected]
     flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync"]  # fmt: skip
     with playwright.sync_playwright() as p:
@@ -398,8 +401,8 @@ def test_the_report_opens_in_a_browser_without_errors_and_every_image_loads(resu
         finally:
             browser.close()
     assert not errors, errors
-    assert len(loaded) == sum(s.kind == "figure" for s in figures.STUDY_SPECS) and all(loaded)
-    assert headings[0] == "caveats" and headings[-1] == "settings"
+    assert len(loaded) == sum(s.kind == "figure" for s in expected) and all(loaded)
+    assert headings[0] == "caveats" and headings[-1] == "settings" and set(shown) <= set(headings)
     assert all(u.startswith(("file:", "data:")) for u in requests), requests  # nothing from the network
 
 
@@ -723,7 +726,7 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     page = (tmp_path / "docs" / "figures.md").read_text()
     titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
     drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "ablation"}]
-    assert titles == [*drawn, "Not drawn"] and "here from `analyze x`" in page
+    assert titles == [*drawn, "Not drawn"] and "here from analyze x." in page
     assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
     assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
     # the last folder tried says why, and the page says what the figure would show and what it reads
