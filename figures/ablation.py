@@ -1,5 +1,5 @@
 """Head ablation: accuracy with chosen heads knocked out against the intact model, by context length
-(the ``ablation`` table: a row per model x condition x heads x seed x task x length x depth).
+(``headprobe ablate``'s ``ablation`` table: a row per model x condition x heads x seed x task x length x depth).
 
 Conditions: ``baseline`` (nothing ablated), ``top`` (the model's highest-scoring retrieval heads),
 ``random`` (as many heads drawn at random, once per seed) and ``heads`` (a set named by hand); each
@@ -139,10 +139,14 @@ def build(results: Results) -> Figure:
     lengths = sorted(set(rows.length.astype(int)))
     for (model, task), (r, c) in places.items():
         ax = axes[r][c]
-        _panel(ax, rows[(rows.model == model) & (rows.task == task)], series, colors)
+        panel = rows[(rows.model == model) & (rows.task == task)]
+        _panel(ax, panel, series, colors)
         plot.length_axis(ax, lengths)
         ax.set_ylim(-0.03, 1.03)
-        ax.set_title(f"{model} · {task}" if len(names) > 1 else task)
+        low, high = int(panel.n.min()), int(panel.n.max())  # prompts behind each point (a seed's, for random)
+        n = f"{low}" if low == high else f"{low}-{high}"
+        name = f"{model} · {task}" if len(names) > 1 else task
+        ax.set_title(f"{name}\n{n} prompt{'s' if high > 1 else ''} per point", linespacing=1.4)
         ax.set_gid(f"{model}:{task}")
     used = set(places.values())
     for r in range(n_rows):

@@ -3,7 +3,7 @@
 A results folder is what ``headprobe study`` (or the ``analyses/`` scripts) writes: the study's tables
 under ``tables/`` (``study_runs`` names every run's ``model`` with its ``member``, ``seed``, ``run``),
 and per-model tables below it (``analysis/<model>/entropy.parquet``, ``ruler/<model>/...``); or what
-``headprobe analyze`` / ``headprobe ruler eval`` (or an ablation run) write for any model, with no study
+``headprobe analyze`` / ``headprobe ruler eval`` / ``headprobe ablate`` write for any model, with no study
 around it: ``OUT/<model>/<table>.parquet``, read by :meth:`Results.models`. Figures read only through
 :class:`Results`, which reads only through :mod:`headprobe.results`.
 """

@@ -102,7 +102,7 @@ WRITERS = (
     ("`headprobe study`", "study_*"),
     ("`headprobe analyze`", "retrieval, entropy, erank"),
     ("`headprobe ruler eval`", "ruler_scores, ruler_samples"),
-    ("an ablation run", "ablation"),
+    ("`headprobe ablate`", "ablation"),
 )
 
 

@@ -31,7 +31,7 @@ WRITTEN_BY = {  # which command writes each table a figure reads, for the page's
     "reordering": "headprobe analyze",
     "ruler_scores": "headprobe ruler eval",
     "ruler_samples": "headprobe ruler eval",
-    "ablation": "an ablation run",
+    "ablation": "headprobe ablate",
 }
 
 
@@ -72,12 +72,12 @@ def gallery(
         "ones their mean; stars are the study's published values, drawn only for members of its scale.",
         "",
         "The per-model figures at the end (retrieval score of every head, entropy and effective rank by layer,",
-        "RULER-style score by task and length, ablation) draw any model's own results: `headprobe figures OUT`",
-        "on the folder of `headprobe analyze --out OUT` and/or `headprobe ruler eval --out OUT` (one model or",
-        "several: a panel or a colour per model; lengths run into other folders below OUT are joined). In a",
-        "study's folder they draw only models that are not its runs, and a folder holding nothing a study",
-        "writes leaves the study's figures out (each command lists what it skipped and why)"
-        + (f"; here from {also_command}." if also and also_command else "."),
+        "RULER-style score by task and length, accuracy with heads ablated) draw any model's own results:",
+        "`headprobe figures OUT` on the folder of `headprobe analyze`, `headprobe ruler eval` and/or `headprobe",
+        "ablate` run with `--out OUT` (one model or several: a panel or a colour per model; lengths run into",
+        "other folders below OUT are joined). In a study's folder they draw only models that are not its runs,",
+        "and a folder holding nothing a study writes leaves the study's figures out (each command lists what",
+        "it skipped and why)" + (f"; here from {also_command}." if also and also_command else "."),
         "",
     ]
     for spec, made in _drawn([results, *map(Path, also)], skipped):

@@ -135,7 +135,7 @@ def _settings(results: Path, data: Results) -> str:
 
 
 def report_page(results: str | Path, specs: Sequence[Spec], title: str | None = None) -> ReportPage:
-    """The report of ``results`` (a folder ``headprobe study``, ``analyze``, ``ruler eval`` or an ablation
+    """The report of ``results`` (a folder ``headprobe study``, ``analyze``, ``ruler eval`` or ``ablate``
     run wrote) as one HTML string."""
     results = Path(results)
     data = Results(results)

@@ -647,6 +647,8 @@ def test_ablation_lines_are_n_weighted_over_depths_and_random_spans_its_seeds(ab
     assert ys.min() == pytest.approx(min(per_seed[2048])) and ys.max() == pytest.approx(max(per_seed[1024]))
     (seeds,) = [c for c in axes["delta:needle"].collections if c.get_label() == "_seeds:random 2 (zero)"]
     assert sorted(seeds.get_offsets()[:, 1]) == pytest.approx(sorted(per_seed[1024] + per_seed[2048]))
+    assert axes["delta:needle"].get_title() == "needle\n6 prompts per point"  # 4 + 2 over the depths
+    assert axes["delta:niah_single_1"].get_title() == "niah_single_1\n10 prompts per point"
     one = _lines(axes["delta:niah_single_1"])  # no depth: one cell per length
     assert list(one["baseline (nothing ablated)"].get_data()[1]) == pytest.approx([0.9])
     assert list(one["top 2 (zero)"].get_data()[1]) == pytest.approx([0.3])
@@ -732,4 +734,4 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     # the last folder tried says why, and the page says what the figure would show and what it reads
     ablation = next(s for s in figures.SPECS if s.name == "ablation")
     why = f"no 'ablation' table under {analyzed}"
-    assert f"- `ablation`: {why}. {ablation.title}: {ablation.how_to_read} Reads `ablation` (an ablation run)." in page
+    assert f"- `ablation`: {why}. {ablation.title}: {ablation.how_to_read} Reads `ablation` (headprobe ablate)." in page
