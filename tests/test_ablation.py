@@ -177,25 +177,33 @@ def _retrieval_folder(folder, scores: dict[tuple[int, int], float], model: str =
 def test_head_sets_top_and_random(tmp_path):
     every = [Head(layer, head) for layer in range(3) for head in range(4)]
     scores = {(h.layer, h.head): 0.0 for h in every}
-    scores.update({(2, 1): 0.9, (0, 3): 0.5, (1, 0): 0.5, (1, 2): math.nan})
+    scores.update({(2, 1): 0.9, (0, 3): 0.5, (1, 0): 0.5, (1, 2): math.nan, (2, 2): 0.1, (0, 0): 0.09})
     _retrieval_folder(tmp_path, scores)
-    ranked, source = ranked_heads(tmp_path, "other-name")  # one model's folder is taken whatever its name
-    assert source == "m" and ranked[:3] == [Head(2, 1), Head(0, 3), Head(1, 0)] and Head(1, 2) not in ranked
+    ranking = ranked_heads(tmp_path, "other-name")  # one model's folder is taken whatever its name
+    ranked = ranking.heads
+    assert ranking.model == "m" and ranked[:4] == [Head(2, 1), Head(0, 3), Head(1, 0), Head(2, 2)]
+    assert Head(1, 2) not in ranked and ranking.retrieval_heads == {Head(2, 1), Head(0, 3), Head(1, 0), Head(2, 2)}
     s = AblateSettings(heads=["top:3", "random:3", "0.0,2.3"], seeds=[0, 1, 2], modes=["zero", "mean"],
                        from_results=str(tmp_path))  # fmt: skip
-    runs = conditions(s, every, ranked)
+    runs = conditions(s, every, ranking)
     assert [c.label for c in runs][:6] == [
-        "baseline-none", "top-zero", "random-zero-s0", "random-zero-s1", "random-zero-s2", "heads-zero"
+        "baseline", "top3-zero", "random3-zero-s0", "random3-zero-s1", "random3-zero-s2", "heads-0.0_2.3-zero"
     ]  # fmt: skip
+    both = conditions(AblateSettings(heads=["top:3", "top:2", "random:2", "random:3"], seeds=[0]), every, ranking)
+    assert len({c.label for c in both}) == len(both) == 5  # sets of two sizes are two conditions, two files
     assert len(runs) == 1 + 2 * (1 + 3 + 1)
     top = set(runs[1].heads)
+    assert top == {Head(2, 1), Head(0, 3), Head(1, 0)}
     drawn = [set(c.heads) for c in runs if c.condition == "random" and c.mode == "zero"]
-    assert all(len(d) == 3 and not d & top for d in drawn) and len({frozenset(d) for d in drawn}) == 3
-    again = [set(c.heads) for c in conditions(s, every, ranked) if c.condition == "random" and c.mode == "zero"]
+    # random sets: no top head, and no other retrieval head either (2.2 scores 0.1); 0.0 (0.09) may be drawn
+    assert all(len(d) == 3 and not d & (top | {Head(2, 2)}) for d in drawn) and len({frozenset(d) for d in drawn}) == 3
+    again = [set(c.heads) for c in conditions(s, every, ranking) if c.condition == "random" and c.mode == "zero"]
     assert again == drawn  # the same sets for the same seeds
     assert runs[5].heads == (Head(0, 0), Head(2, 3)) and runs[5].columns()["heads"] == "0.0,2.3"
     with pytest.raises(AblationError, match="top:20: only 11 heads have a retrieval score"):
-        conditions(AblateSettings(heads=["top:20"], from_results=str(tmp_path)), every, ranked)
+        conditions(AblateSettings(heads=["top:20"], from_results=str(tmp_path)), every, ranking)
+    with pytest.raises(AblationError, match="random:9: only 8 heads are not retrieval heads"):  # 12 - 4 (1.2: unscored)
+        conditions(AblateSettings(heads=["random:9"], from_results=str(tmp_path)), every, ranking)
 
 
 def test_ranked_heads_says_what_is_wrong_with_the_folder(tmp_path):

@@ -9,13 +9,14 @@ The ablation itself is :meth:`headprobe.probe.ProbedModel.ablate` (:mod:`headpro
 """
 
 from headprobe.ablation.job import ABLATION, ABLATION_SAMPLES, ablate
-from headprobe.ablation.settings import AblateSettings, Condition, conditions, ranked_heads
+from headprobe.ablation.settings import AblateSettings, Condition, Ranking, conditions, ranked_heads
 
 __all__ = [
     "ABLATION",
     "ABLATION_SAMPLES",
     "AblateSettings",
     "Condition",
+    "Ranking",
     "ablate",
     "conditions",
     "ranked_heads",

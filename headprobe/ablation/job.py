@@ -168,15 +168,15 @@ def ablate_checkpoint(
     path: Path, name: str, out: Path, s: AblateSettings, device: str, progress: Progress, memory: int | None
 ) -> pd.DataFrame:
     """Every condition of one model (finished parts skipped); returns its ``ablation`` table."""
-    ranked, source = (None, None) if not s.from_results else ranked_heads(s.from_results, name)
-    if source is not None and source != name:
-        progress.log(f"{name}: ranking heads by the retrieval scores of {source} in {s.from_results}")
+    ranking = None if not s.from_results else ranked_heads(s.from_results, name)
+    if ranking is not None and ranking.model != name:
+        progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
     if warning:
         progress.log(f"{name}: {warning}")
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     every = [Head(info.index, h) for info in model.layers for h in range(info.n_heads)]
-    runs = conditions(s, every, ranked)
+    runs = conditions(s, every, ranking)
     for c in runs:  # heads the model lacks (named ones, or a table of another model) fail before any decoding
         check_heads(c.heads, model.layers, name)
     wrapper = model.prompt_wrapper(s.prompt_format)
@@ -192,7 +192,7 @@ def ablate_checkpoint(
             prompts[task, length] = made
     folder, parts = out / name, Parts(out / name)
     batch = {n: decode_batch_size(model, n, memory) for n in s.lengths}
-    items = [(c, task, length) for c in runs for (task, length) in prompts]
+    items = [(c, task, length) for c in dict.fromkeys(runs) for (task, length) in prompts]  # a set named twice: once
     progress.start(sum(len(prompts[t, n]) for _, t, n in items), name)
     names = []
     for c, task, length in items:

@@ -5,9 +5,11 @@ Head sets (``heads``), each ablated in every ``mode``:
 ==============  ==========================================================================================
 ``top:K``       the K heads with the highest retrieval score in ``from_results`` (an ``analyze`` output;
                 the mean over its lengths; heads never scored are not ranked)
-``random:K``    K heads drawn per seed in ``seeds``, uniformly among the model's heads outside every
-                ``top`` set of the run (outside the top K when the run has none and ``from_results``
-                is given): the control, heads of the same number that are not retrieval heads
+``random:K``    K heads drawn per seed in ``seeds``, uniformly among the model's heads that are not
+                retrieval heads: outside every ``top`` set of the run and, with ``from_results``, scoring
+                below the retrieval-head threshold (0.1) there. The control: as many heads, none of
+                which retrieves (heads ranked just below a top set often retrieve too; drawing them
+                would test the retrieval heads again)
 ``L.H,L.H``     these heads (layer.head, both from 0)
 ==============  ==========================================================================================
 
@@ -25,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from headprobe.evals.ruler.tasks import TASKS
+from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.probe import parse_dtype
 from headprobe.probe.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
 from headprobe.results import collect
@@ -47,8 +50,16 @@ class Condition:
 
     @property
     def label(self) -> str:
-        """A file-name-safe name, e.g. ``top-zero``, ``random-zero-s2``."""
-        return "-".join(p for p in (self.condition, self.mode, f"s{self.seed}" if self.seed >= 0 else "") if p)
+        """A file-name-safe name unique among a run's conditions, e.g. ``baseline``, ``top10-zero``,
+        ``random10-zero-s2``, ``heads-17.3_18.7-mean``."""
+        if self.condition == "baseline":
+            return "baseline"
+        what = (
+            f"heads-{format_heads(self.heads).replace(',', '_')}"
+            if self.condition == "heads"
+            else (f"{self.condition}{len(self.heads)}")
+        )
+        return "-".join([what, self.mode, *([f"s{self.seed}"] if self.seed >= 0 else [])])
 
     def columns(self) -> dict[str, Any]:
         return {
@@ -147,11 +158,26 @@ def parse_spec(spec: str) -> tuple[str, int | list[Head]]:
     return "heads", parse_heads(spec)
 
 
-def ranked_heads(from_results: str | Path, model: str) -> tuple[list[Head], str]:
-    """The heads of ``model`` in ``from_results``' ``retrieval`` table from the highest mean score (over
-    its lengths) down, ties by layer then head, unscored heads left out; and which model's table it was.
-    A folder of one model's results is taken for it whatever its name (a GGUF file and its folder may be
-    named apart); raises :class:`AblationError` when there is no usable table."""
+@dataclass(frozen=True)
+class Ranking:
+    """The heads of one model by retrieval score: ``heads`` from the highest mean score (over the table's
+    lengths) down, ties by layer then head, unscored heads left out; ``scores`` by head; ``model``: whose
+    table it was."""
+
+    heads: list[Head]
+    scores: dict[Head, float]
+    model: str
+
+    @property
+    def retrieval_heads(self) -> set[Head]:
+        """Heads at or above the retrieval-head threshold (the study's rule, docs/metrics.md)."""
+        return {h for h, v in self.scores.items() if v >= RETRIEVAL_THRESHOLD}
+
+
+def ranked_heads(from_results: str | Path, model: str) -> Ranking:
+    """The :class:`Ranking` of ``model``'s heads in ``from_results``' ``retrieval`` table. A folder of one
+    model's results is taken for it whatever its name (a GGUF file and its folder may be named apart);
+    raises :class:`AblationError` when there is no usable table."""
     table = collect(from_results, "retrieval", recursive=True)
     if table.empty:
         raise AblationError(
@@ -175,23 +201,24 @@ def ranked_heads(from_results: str | Path, model: str) -> tuple[list[Head], str]
             "analyze so that the model answers (e.g. --prompt-format chat, shorter --lengths) before ablating top heads"
         )
     order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
-    return [Head(int(layer), int(head)) for (layer, head), _ in order], chosen
+    by_head = {Head(int(layer), int(head)): float(v) for (layer, head), v in order}
+    return Ranking(list(by_head), by_head, chosen)
 
 
-def conditions(s: AblateSettings, all_heads: Sequence[Head], ranked: Sequence[Head] | None) -> list[Condition]:
+def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | None) -> list[Condition]:
     """The baseline, then every head set of ``s.heads`` in every mode. ``all_heads``: the model's heads;
-    ``ranked``: :func:`ranked_heads` (needed for ``top`` sets, and to keep random sets off the top heads)."""
+    ``ranking``: :func:`ranked_heads` (needed for ``top`` sets, and to keep random sets off retrieval heads)."""
     specs = [parse_spec(h) for h in s.heads]
     tops = [k for kind, k in specs if kind == "top"]
+    ranked = [] if ranking is None else ranking.heads
     for k in tops:
-        if ranked is None or len(ranked) < k:  # type: ignore[arg-type]
-            have = 0 if ranked is None else len(ranked)
+        if len(ranked) < k:  # type: ignore[operator]
             raise AblationError(
-                f"`heads` top:{k}: only {have} heads have a retrieval score; ask for top:{have} or fewer"
+                f"`heads` top:{k}: only {len(ranked)} heads have a retrieval score; ask for top:{len(ranked)} or fewer"
             )
-    excluded = set(ranked[: max(tops)]) if tops and ranked else set()  # type: ignore[type-var]
-    if not tops and ranked is not None:  # no top set in this run: keep the random sets off the top K anyway
-        excluded = set(ranked[: max((k for kind, k in specs if kind == "random"), default=0)])  # type: ignore[type-var]
+    excluded = set(ranked[: max(tops, default=0)])  # type: ignore[type-var]
+    if ranking is not None:
+        excluded |= ranking.retrieval_heads
     pool = sorted(set(all_heads) - excluded)
     out = [BASELINE]
     for mode in s.modes:
@@ -200,7 +227,7 @@ def conditions(s: AblateSettings, all_heads: Sequence[Head], ranked: Sequence[He
                 out.append(Condition("top", mode, tuple(ranked[: int(value)])))  # type: ignore[index, arg-type]
             elif kind == "random":
                 if len(pool) < int(value):  # type: ignore[arg-type]
-                    raise AblationError(f"`heads` random:{value}: only {len(pool)} heads lie outside the top set")
+                    raise AblationError(f"`heads` random:{value}: only {len(pool)} heads are not retrieval heads")
                 for seed in s.seeds:
                     drawn = random.Random(f"headprobe-ablation/{seed}/{value}").sample(pool, int(value))  # type: ignore[arg-type]
                     out.append(Condition("random", mode, tuple(sorted(drawn)), seed))

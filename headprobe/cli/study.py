@@ -115,9 +115,45 @@ def study(
 
 def demo(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option(help="results folder")] = Path("results/demo"),
+    out: Annotated[Path | None, typer.Option(help="results folder (default results/demo, results/real-demo)")] = None,
     jobs: Annotated[int, typer.Option(help="members trained at once, one process each")] = 2,
+    real: Annotated[
+        bool,
+        typer.Option("--real", help="a real pretrained model instead (SmolLM2-135M-Instruct, docs/real-models.md)"),
+    ] = False,
+    model: Annotated[
+        Path | None, typer.Option(help="--real: this model folder or .gguf file instead of SmolLM2")
+    ] = None,
     progress: bool = True,
 ) -> None:
-    """The toy study on CPU in minutes (the toy recipe's demo profile: five members, one seed)."""
-    run(ctx, "toy", "demo", out, progress=progress, jobs=jobs)
+    """The toy study on CPU in minutes (the toy recipe's demo profile: five members, one seed), or with
+    --real a real pretrained model's retrieval heads, layers, RULER-style scores and head ablation."""
+    if real:
+        run_real(ctx, out or Path("results/real-demo"), model, progress)
+        return
+    if model is not None:
+        raise fail("--model goes with --real (the toy demo trains its own models)", ctx)
+    run(ctx, "toy", "demo", out or Path("results/demo"), progress=progress, jobs=jobs)
+
+
+def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) -> None:
+    """``headprobe demo --real``: :func:`headprobe.study.real.real_demo`, its tables, figures and report."""
+    from headprobe.cli.show import print_tables
+    from headprobe.model.atomic import FolderBusy
+    from headprobe.probe import ModelLoadError
+    from headprobe.show import show_tables
+    from headprobe.study.real import real_demo
+
+    if model is not None and not model.exists():
+        raise fail(f"--model {model} does not exist; give a model folder or a .gguf file", ctx)
+    try:
+        with progress_bar("real-demo", ctx, enabled=progress) as bar:
+            report = real_demo(out, model, progress=bar, say=typer.echo)
+    except (ModelLoadError, FolderBusy) as err:
+        raise fail(err, ctx) from None
+    if report.steps:
+        print_tables(show_tables(out, ["retrieval", "erank", "ruler", "ablation"], top=10))
+        draw_figures(out, out / "figures")
+    typer.echo(f"results: {out}")
+    if report.errors:
+        raise typer.Exit(1)

@@ -23,8 +23,12 @@ def split_sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text.strip()) if s]
 
 
-def haystack_sentences(seed: int = 0, files: list[Path] | None = None) -> Iterator[str]:
-    """An endless stream of sentences: the built-in corpus, or the given text files in a loop."""
+PROSE_ONLY = {"prose": 1.0}  # the built-in corpus without its task documents (facts, variables, questions)
+
+
+def haystack_sentences(seed: int = 0, files: list[Path] | None = None, prose_only: bool = False) -> Iterator[str]:
+    """An endless stream of sentences: the built-in corpus (``prose_only``: its prose documents alone, no
+    planted facts or questions), or the given text files in a loop."""
     if files:
         texts = []
         for f in files:
@@ -36,7 +40,7 @@ def haystack_sentences(seed: int = 0, files: list[Path] | None = None) -> Iterat
             raise ValueError("the haystack files hold no text")
         while True:
             yield from sentences
-    for _, text in documents(seed):
+    for _, text in documents(seed, mixture=PROSE_ONLY if prose_only else None):
         yield from split_sentences(text)
 
 

@@ -173,7 +173,9 @@ def needle_prompt(
     wrapper: Wrapper = PLAIN,
 ) -> NeedlePrompt:
     """``start`` (the model's prompt start) then one text: haystack sentences with ``needle`` inserted
-    at ``depth`` percent (at a sentence boundary), then the question, all in ``wrapper`` (a chat template's
+    at ``depth`` percent (at a sentence boundary; the built-in corpus's prose alone, as Wu et al. hide needles in
+    essays: its task documents plant facts, variables and answered questions that a model may take for the
+    answer), then the question, all in ``wrapper`` (a chat template's
     user turn, :mod:`headprobe.text.prompt_format`), then the answer prefix, of ``length`` tokens in all.
     ``start`` is left out when the wrapper's text already begins with it (a template that writes its BOS).
 
@@ -191,7 +193,7 @@ def needle_prompt(
     if length - fixed < 1:
         raise ValueError(f"length {length} is too short for the needle and question ({fixed + 1} tokens)")
     sentences, used = [], 0
-    for sentence in haystack_sentences(seed, files):  # enough sentences, counted piece by piece
+    for sentence in haystack_sentences(seed, files, prose_only=True):  # enough sentences, counted piece by piece
         sentences.append(" " + sentence)
         used += len(tokenizer.encode(sentence))
         if used > length - fixed:
@@ -221,7 +223,7 @@ def needle_prompt(
     a = at + len(needle.before)
     b = a + len(needle.answer)
     span = [j for j, (s, e) in enumerate(offsets) if s < b and e > a]
-    source = "builtin" if not files else ",".join(str(f) for f in files)
+    source = "builtin:prose" if not files else ",".join(str(f) for f in files)
     return NeedlePrompt(
         bos + ids, len(bos) + span[0], len(bos) + span[-1] + 1, needle, depth, source, text, wrapper.format
     )
