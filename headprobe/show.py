@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import read_table
 
 SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation")
-RETRIEVAL_HEAD = 0.1  # Wu et al.'s threshold on the retrieval score
 
 
 @dataclass(frozen=True)
@@ -76,30 +76,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
         raise ValueError(f"unknown `metric` {', '.join(unknown)}; choose from {', '.join(SHOWN)}")
     out: list[ShownTable] = []
     if "retrieval" in wanted:
-        frame = _collect(folder, "retrieval")
-        if not frame.empty:
-            heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)["value"].mean()
-            best = (
-                heads[heads["value"] > 0]
-                .sort_values(["model", "value"], ascending=[True, False])
-                .groupby("model")
-                .head(top)
-                .set_index(["model", "layer", "head"])
-            )
-            out.append(
-                ShownTable(f"retrieval: top {top} heads per checkpoint", best, "mean retrieval score over lengths")
-            )
-            counted = heads.assign(retrieval_head=heads["value"] > RETRIEVAL_HEAD)
-            counts = counted.groupby(["model", "layer_type"]).apply(
-                lambda g: f"{int(g['retrieval_head'].sum())} of {len(g)}", include_groups=False
-            )
-            out.append(
-                ShownTable(
-                    f"retrieval heads (score > {RETRIEVAL_HEAD}) per layer type",
-                    counts.unstack("layer_type"),
-                    "heads that never answered a needle have no score and do not count",
-                )
-            )
+        out += _retrieval_tables(folder, top)
     for name in ("entropy", "reordering", "erank"):
         if name in wanted:
             frame = _collect(folder, name)
@@ -143,6 +120,34 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
             "erank, ruler_scores, shortctx_scores and ablation Parquet files below it); run `headprobe analyze`, "
             "`headprobe ruler eval`, `headprobe shortctx eval` or `headprobe ablate` first"
+        )
+    return out
+
+
+def _retrieval_tables(folder: Path, top: int) -> list[ShownTable]:
+    """The top heads per checkpoint and the retrieval-head counts per layer type (none without a table)."""
+    out: list[ShownTable] = []
+    frame = _collect(folder, "retrieval")
+    if not frame.empty:
+        heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)["value"].mean()
+        best = (
+            heads[heads["value"] > 0]
+            .sort_values(["model", "value"], ascending=[True, False])
+            .groupby("model")
+            .head(top)
+            .set_index(["model", "layer", "head"])
+        )
+        out.append(ShownTable(f"retrieval: top {top} heads per checkpoint", best, "mean retrieval score over lengths"))
+        counted = heads.assign(retrieval_head=heads["value"] >= RETRIEVAL_THRESHOLD)  # the study's rule, as analyze
+        counts = counted.groupby(["model", "layer_type"]).apply(
+            lambda g: f"{int(g['retrieval_head'].sum())} of {len(g)}", include_groups=False
+        )
+        out.append(
+            ShownTable(
+                f"retrieval heads (score >= {RETRIEVAL_THRESHOLD}) per layer type",
+                counts.unstack("layer_type"),
+                "heads that never answered a needle have no score and do not count",
+            )
         )
     return out
 
