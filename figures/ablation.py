@@ -94,11 +94,16 @@ def colors_of(series: list[Series]) -> dict[Series, tuple]:
     return out
 
 
+DODGE = 0.07  # log2 units between neighbouring series at one length, so that no point hides another
+
+
 def _panel(ax: Axes, rows: pd.DataFrame, series: list[Series], colors: dict) -> None:
-    for s in series:
+    for i, s in enumerate(series):
         part = series_rows(rows, s)
         if part.empty:
             continue
+        # each series a little to the side of the length it was measured at (the tick marks the length)
+        part = part.assign(length=part["length"] * 2 ** (DODGE * (i - (len(series) - 1) / 2)))
         dash = "--" if s.mode == "mean" else "-"
         if s.condition == "random":
             by_length = part.groupby("length")["accuracy"]
@@ -142,6 +147,8 @@ def build(results: Results) -> Figure:
         panel = rows[(rows.model == model) & (rows.task == task)]
         _panel(ax, panel, series, colors)
         plot.length_axis(ax, lengths)
+        if len(lengths) == 1:  # room for the dodged series either side of the one length
+            ax.set_xlim(lengths[0] / 2 ** (0.6 + DODGE * len(series)), lengths[0] * 2 ** (0.6 + DODGE * len(series)))
         ax.set_ylim(-0.03, 1.03)
         low, high = int(panel.n.min()), int(panel.n.max())  # prompts behind each point (a seed's, for random)
         n = f"{low}" if low == high else f"{low}-{high}"

@@ -14,7 +14,7 @@ from headprobe.cli.common import DTYPE_HELP, PROMPT_FORMAT_HELP, check_device, f
 def explore(
     ctx: typer.Context,
     checkpoints: Annotated[
-        list[Path], typer.Argument(help="one checkpoint or local HF model folder, or two to compare")
+        list[Path], typer.Argument(help="one checkpoint, local HF model folder or .gguf file, or two to compare")
     ],
     text: Annotated[Path | None, typer.Option(help="explore this UTF-8 text file")] = None,
     ruler: Annotated[
@@ -140,8 +140,12 @@ def _check_options(
     if export_levels < 1:
         raise fail(f"--export-levels {export_levels}: embed at least 1 level", ctx)
     for path in checkpoints:
-        if not path.is_dir():
-            raise fail(f"{path}: no such checkpoint folder (a headprobe checkpoint or a local Hugging Face model)", ctx)
+        if not path.is_dir() and not (path.is_file() and path.suffix.lower() == ".gguf"):
+            raise fail(
+                f"{path}: no such checkpoint folder or .gguf file (a headprobe checkpoint, a local Hugging Face "
+                "model, or a GGUF file)",
+                ctx,
+            )
 
 
 def serve(views, host: str, port: int, open_browser: bool) -> None:

@@ -116,7 +116,7 @@ def needle_input(
         raise InputError(f"--length {length}: {err}") from None
     _, tokens, offsets = _tokens_of(model, prompt.text)
     question = _rows_from(offsets, prompt.text.rfind(needle.prompt.format(question=needle.question)))
-    answer_tokens = len(model.tokenizer.encode(" " + needle.answer))
+    answer_tokens = len(model.tokenizer.encode(" " + needle.sentence))  # an instruct model restates the fact
     return ExploreInput(
         "needle",
         list(prompt.ids),

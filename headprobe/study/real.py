@@ -7,8 +7,8 @@ The condensed version of docs/real-models.md, on SmolLM2-135M-Instruct's GGUF fi
 retrieval/     ``analyze``: retrieval heads at 1K and 2K (the built-in needles, the model's chat template)
 layers/        ``analyze``: attention entropy and effective rank by layer at 1K
 ruler/         ``ruler eval``: five RULER-style tasks at 1K and 2K, three samples each
-ablation/      ``ablate``: needle accuracy at 1.5K with the top 10 retrieval heads mean-ablated, against
-               three random sets of 10 heads that are not retrieval heads, and the unablated model
+ablation/      ``ablate``: needle accuracy at 1.5K with the top 5 retrieval heads zero-ablated, against
+               three random sets of 5 heads that are not retrieval heads, and the unablated model
 figures/       every figure the results allow; ``report.html`` shows them on one page
 =============  ==========================================================================================
 
@@ -77,8 +77,8 @@ def real_demo(
             progress=progress)),
         ("RULER-style tasks at 1K and 2K", out / "ruler", lambda where: evaluate_many(
             [path], where, RulerSettings(tasks=RULER_TASKS, lengths=[1024, 2048], samples=3), progress=progress)),
-        ("top-10 retrieval heads ablated at 1.5K", out / "ablation", lambda where: ablate(
-            [path], where, AblateSettings(heads=["top:10", "random:10"], from_results=str(retrieval), modes=["mean"],
+        ("top-5 retrieval heads ablated at 1.5K", out / "ablation", lambda where: ablate(
+            [path], where, AblateSettings(heads=["top:5", "random:5"], from_results=str(retrieval), modes=["zero"],
                                           lengths=[1536], depths=[10.0, 50.0, 90.0], samples=2),
             progress=progress)),
     ]  # fmt: skip
