@@ -173,15 +173,22 @@ def test_every_declared_end_token_stops_decoding(tmp_path, toy_folder):
     assert model.facts()["stop_tokens"]["</s>"] == ["config.json", "tokenizer.json"]
 
 
-def test_the_chat_template_end_of_turn_is_a_stop_token(tmp_path, toy_folder):
+@pytest.fixture(scope="module")
+def chat_folder(toy_folder, tmp_path_factory):
+    """The toy llama folder with a ChatML template and its two special tokens."""
     from transformers import AutoTokenizer
 
-    folder = tmp_path / "chat"
+    folder = tmp_path_factory.mktemp("chat") / "chat"
     shutil.copytree(toy_folder, folder)
     tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tok.chat_template = TEMPLATE
     tok.save_pretrained(str(folder))
+    return folder
+
+
+def test_the_chat_template_end_of_turn_is_a_stop_token(chat_folder, toy_folder):
+    folder = chat_folder
     assert chat_turn_end(folder) == "<|im_end|>\n"
     hf_tok = HFTokenizer(folder)
     end = hf_tok.token_id("<|im_end|>")
@@ -189,16 +196,8 @@ def test_the_chat_template_end_of_turn_is_a_stop_token(tmp_path, toy_folder):
     assert chat_turn_end(toy_folder) is None  # no template: no end of turn
 
 
-def test_needle_prompts_take_the_model_s_chat_template_under_auto(tmp_path, toy_folder):
-    from transformers import AutoTokenizer
-
-    folder = tmp_path / "chat"
-    shutil.copytree(toy_folder, folder)
-    tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tok.chat_template = TEMPLATE
-    tok.save_pretrained(str(folder))
-    chat_model, plain_model = hp.load_model(folder), hp.load_model(toy_folder)
+def test_needle_prompts_take_the_model_s_chat_template_under_auto(chat_folder, toy_folder):
+    chat_model, plain_model = hp.load_model(chat_folder), hp.load_model(toy_folder)
     auto = needle_prompt(
         chat_model.tokenizer,
         NEEDLES[0],
