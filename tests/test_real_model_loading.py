@@ -9,6 +9,7 @@ import json
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -223,3 +224,38 @@ def test_needle_prompts_take_the_model_s_chat_template_under_auto(chat_folder, t
     for p in (auto, plain):  # the answer span is the answer's own tokens, whatever the wrapper
         assert NEEDLES[0].answer in chat_model.tokenizer.decode(p.ids[p.answer_start : p.answer_end])
         assert len(p.ids) in (399, 400)
+
+
+def test_why_few_needles_were_kept_is_said_with_what_to_try():
+    from headprobe.metrics.retrieval import diagnose
+
+    samples = pd.DataFrame(
+        {
+            "response": ["", "  ", "7798969. Answer: 7798969. Answer:", "the lighthouse"],
+            "kept": [False, False, False, True],
+            "stop": ["\n", "<|im_end|>", "", "<|im_end|>"],
+            "prompt_format": ["plain"] * 4,
+        }
+    )
+    said = diagnose(samples, "builtin", chat_template=True)
+    assert said.startswith("2 answered nothing (an empty line or an end token first); 1 answered without the needle")
+    assert "1 ran to the decoding budget without an end token" in said
+    assert "`--prompt-format chat` (the model has a chat template)" in said and "--needles codes" not in said
+    toy = diagnose(samples.assign(prompt_format="plain"), "builtin", chat_template=False)
+    assert "`--needles codes` if this is one of headprobe's toy models" in toy and "--prompt-format" not in toy
+    chat = diagnose(samples.assign(prompt_format="chat"), "codes", chat_template=True)
+    assert "--prompt-format" not in chat and "`--needles builtin`" in chat
+
+
+def test_analyze_of_a_hugging_face_folder_prints_no_transformers_bar_and_says_why_none_was_kept(tmp_path, toy_folder):
+    """A random-weight model keeps no needle: the run says why and what to try, and transformers' own
+    "Loading weights" bar stays out of headprobe's output."""
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        app, ["analyze", str(toy_folder), "--metrics", "retrieval", "--lengths", "256", "--samples", "2",
+              "--max-new-tokens", "4", "--out", str(out)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Loading weights" not in res.output and "it/s]" not in res.output
+    assert "retrieval L=256: 0 of 2 kept:" in res.output and "try " in res.output
+    assert "`--needles codes` if this is one of headprobe's toy models" in res.output  # the toy has no chat template
