@@ -620,8 +620,15 @@ def test_generate_command_with_a_wrapper(tmp_path):
     assert res.exit_code == 0, res.output
     row = json.loads((tmp_path / "s.jsonl").read_text())
     assert row["input"].startswith("[INST] Answer the question") and row["input"].endswith(" [/INST]")
-    res = CliRunner().invoke(app, [*args, "--samples", "1", "--prompt-format", "[INST] no slot"])
+    before = (tmp_path / "s.jsonl").read_text()
+    res = CliRunner().invoke(app, [*args, "--samples", "1"])  # an existing file is kept without --overwrite
+    assert res.exit_code == 2 and "s.jsonl exists; give another file, or --overwrite" in res.output
+    assert (tmp_path / "s.jsonl").read_text() == before
+    res = CliRunner().invoke(app, [*args, "--samples", "1", "--prompt-format", "[INST] no slot", "--overwrite"])
     assert res.exit_code == 2 and "unknown --prompt-format" in res.output and "{task_template}" in res.output
+    assert (tmp_path / "s.jsonl").read_text() == before  # refused before anything was written
+    res = CliRunner().invoke(app, [*args, "--samples", "1", "--overwrite"])
+    assert res.exit_code == 0 and (tmp_path / "s.jsonl").read_text() != before  # plain now, not [INST]
 
 
 def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):

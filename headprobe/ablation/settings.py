@@ -137,6 +137,8 @@ class AblateSettings:
             raise AblationError("no `modes`: choose zero and/or mean")
         if not self.lengths or min(self.lengths) < 16:
             raise AblationError("`lengths` must be token counts of at least 16")
+        if len(set(self.lengths)) < len(self.lengths):
+            raise AblationError("`lengths` lists a length more than once; give each length once")
         if NEEDLE_TASK in self.tasks and (not self.depths or not all(0 <= d <= 100 for d in self.depths)):
             raise AblationError("`depths` must be percentages between 0 and 100")
         if self.samples < 1 or self.max_new_tokens < 1:

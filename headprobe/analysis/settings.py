@@ -93,8 +93,13 @@ class AnalyzeSettings:
             raise AnalysisError(str(err)) from None
         if not self.lengths or min(self.lengths) < MIN_LENGTH:
             raise AnalysisError(f"`lengths` must be positive token counts of at least {MIN_LENGTH}")
-        if self.samples < 1:
-            raise AnalysisError("`samples` must be >= 1")
+        repeated = sorted({n for n in self.lengths if self.lengths.count(n) > 1})
+        if repeated:
+            raise AnalysisError(
+                f"`lengths` lists {', '.join(map(str, repeated))} more than once; give each length once"
+            )
+        if self.samples < 1 or self.max_new_tokens < 1 or self.topk < 1:
+            raise AnalysisError("`samples`, `max_new_tokens` and `topk` must be >= 1")
         for f in self.haystack_files or []:
             try:
                 read_text_file(f, "`haystack` file")

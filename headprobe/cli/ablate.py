@@ -10,6 +10,7 @@ import typer
 from headprobe.cli.common import (
     DTYPE_HELP,
     PROMPT_FORMAT_HELP,
+    check_counts,
     check_run,
     fail,
     gib,
@@ -66,6 +67,7 @@ def ablate(
     from headprobe.show import ShownTable, ablation_table
 
     check_run(ctx, out, device)
+    check_counts(ctx, ("--samples", samples, 1), ("--max-new-tokens", max_new_tokens, 1))
     try:
         settings = AblateSettings(
             heads=heads or ["top:10", "random:10"],

@@ -10,6 +10,7 @@ import typer
 from headprobe.cli.common import (
     DTYPE_HELP,
     PROMPT_FORMAT_HELP,
+    check_counts,
     check_run,
     fail,
     gib,
@@ -58,6 +59,7 @@ def analyze(
     from headprobe.probe import BeyondTrainedError
 
     check_run(ctx, out, device)
+    check_counts(ctx, ("--samples", samples, 1), ("--topk", topk, 1), ("--max-new-tokens", max_new_tokens, 1))
     try:
         settings = AnalyzeSettings(
             metrics=words(metrics),

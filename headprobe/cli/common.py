@@ -60,7 +60,8 @@ _COUNT = re.compile(r"(\d+)\s*([kK]?)")
 
 
 def token_counts(text: str, option: str = "--lengths") -> list[int]:
-    """A comma list of token counts, ``k``/``K`` meaning x1024 (``4096,16k,128K``); errors name ``option``."""
+    """A comma list of token counts, ``k``/``K`` meaning x1024 (``4096,16k,128K``), each once in the order
+    first given (``1k,1K,1024`` is ``[1024]``); errors name ``option``."""
     counts = []
     for item in (x.strip() for x in text.split(",")):
         m = _COUNT.fullmatch(item)
@@ -69,7 +70,16 @@ def token_counts(text: str, option: str = "--lengths") -> list[int]:
                 f"{option} {text!r}: {item!r} is not a positive token count; write e.g. 4096,16k,128K (k = 1,024)"
             )
         counts.append(int(m.group(1)) * (1024 if m.group(2) else 1))
-    return counts
+    return list(dict.fromkeys(counts))  # 1k,1K,1024 is one length: measured once
+
+
+def check_counts(ctx: typer.Context | None, *counts: tuple[str, int | None, int]) -> None:
+    """The one rule for counts on the command line: each ``(option, value, minimum)`` with a value below its
+    minimum (a negative batch size, zero samples, zero jobs) is refused before any work, naming the option,
+    what it needs and what it got; ``None`` (not given) passes."""
+    for option, value, minimum in counts:
+        if value is not None and value < minimum:
+            raise fail(f"{option}: give at least {minimum}, got {value}", ctx)
 
 
 def int_range(text: str) -> tuple[int, int]:

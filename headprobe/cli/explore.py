@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, PROMPT_FORMAT_HELP, check_device, fail, ints
+from headprobe.cli.common import DTYPE_HELP, PROMPT_FORMAT_HELP, check_counts, check_device, fail, ints
 
 
 def explore(
@@ -58,6 +58,9 @@ def explore(
     from headprobe.metrics.rows import Rows
 
     _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, export_levels)
+    check_counts(ctx, ("--port", port, 0))
+    if port > 65535:
+        raise fail(f"--port {port}: a port is 0-65535 (0: any free one)", ctx)
     try:
         check_device(device)
         row_spec = Rows.parse(rows) if rows else None

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import fail, wide_console, words
+from headprobe.cli.common import check_out_folder, fail, wide_console, words
 
 
 def figures(
@@ -29,8 +29,9 @@ def figures(
 
     console = wide_console()
     try:
+        check_out_folder(out)
         report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
-    except (ValueError, ResultsError) as err:
+    except (ValueError, ResultsError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     for name, paths in report.drawn.items():
         console.print(f"[green]drew[/] {name}: " + ", ".join(str(p) for p in paths))

@@ -9,10 +9,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import wide_console
+from headprobe.cli.common import check_counts, fail, wide_console
 
 
 def plan(
+    ctx: typer.Context,
     scale: Annotated[str | None, typer.Option(help="toy | 0.6b | 3b (default: all grids)")] = None,
     seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length for FLOPs and KV cache")] = 4096,
     config: Annotated[
@@ -26,17 +27,16 @@ def plan(
     from headprobe.model.presets import list_scales
     from headprobe.plan import configs_for, plan_rows
 
-    if seq_len < 1:
-        raise typer.BadParameter("--seq-len must be >= 1")
+    check_counts(ctx, ("--seq-len", seq_len, 1))
     try:
         if config:
             configs = [ModelConfig.load(p) for p in config]
         else:
             if scale is not None and scale not in list_scales():
-                raise typer.BadParameter(f"unknown scale {scale!r}; choose one of {list_scales()}")
+                raise ConfigError(f"unknown scale {scale!r}; choose --scale from {', '.join(list_scales())}")
             configs = configs_for(scale)
     except (ConfigError, FileNotFoundError) as err:
-        raise typer.BadParameter(str(err)) from None
+        raise fail(err, ctx) from None
     rows = plan_rows(configs, seq_len)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from headprobe.cli.common import (
     DTYPE_HELP,
+    check_counts,
     check_run,
     fail,
     gib,
@@ -51,6 +52,7 @@ def ruler_generate(
     prompt_format: Annotated[str, typer.Option(help=FORMAT_HELP)] = "auto",
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
+    overwrite: Annotated[bool, typer.Option(help="replace an existing --out file; without it, it is refused")] = False,
 ) -> None:
     """Generate RULER-style samples fitted to a tokenizer, one JSON object per line. A task whose smallest
     prompt does not fit a length is skipped there, with a warning, and the samples of that length record it
@@ -61,7 +63,14 @@ def ruler_generate(
     from headprobe.model.tokenizer import load_tokenizer
     from headprobe.text.prompt_format import resolve_wrapper
 
+    check_counts(ctx, ("--samples", samples, 1), ("--reserve", reserve, 0))
     counts = token_counts(lengths)
+    if out.is_dir():
+        raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
+    if out.exists() and not overwrite:
+        raise fail(f"--out {out} exists; give another file, or --overwrite to replace it", ctx)
+    if not out.parent.is_dir():
+        raise fail(f"--out {out}: the folder {out.parent} does not exist; create it or give another path", ctx)
     try:
         tok = load_tokenizer(tokenizer)
         folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
@@ -117,6 +126,7 @@ def ruler_eval(
     from headprobe.runs import DoesNotFit
 
     check_run(ctx, out, device)
+    check_counts(ctx, ("--samples", samples, 1), ("--batch-size", batch_size, 0))
     settings = RulerSettings(
         tasks=words(tasks),
         lengths=token_counts(lengths) if lengths is not None else None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, check_run, fail, say_error
+from headprobe.cli.common import DTYPE_HELP, check_counts, check_run, fail, say_error
 
 
 def shortctx_eval(
@@ -34,6 +34,7 @@ def shortctx_eval(
     from headprobe.probe import ModelLoadError
 
     check_run(ctx, out, device)
+    check_counts(ctx, ("--limit", limit, 1), ("--batch-size", batch_size, 1))
     settings = ShortCtxSettings(task=task, file=str(file) if file else None, limit=limit, dtype=dtype)
     try:
         settings.validate()  # before the progress bar: a bad setting is the only thing printed

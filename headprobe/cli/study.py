@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import fail, ints, wide_console, words
+from headprobe.cli.common import check_counts, fail, ints, wide_console, words
 from headprobe.cli.progress import progress_bar
 
 
@@ -26,6 +26,8 @@ def run(
 ) -> None:
     """Train the recipe's grid, measure every run, print the comparisons (shared by study and demo)."""
     from headprobe.cli.train import trainer_plugin
+
+    check_counts(ctx, ("--jobs", jobs, 1))
     from headprobe.study import StudyError, StudySettings, run_study
 
     plugin = trainer_plugin()

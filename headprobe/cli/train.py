@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import fail, int_range, ints, words
+from headprobe.cli.common import check_counts, check_device, fail, int_range, ints, words
 from headprobe.cli.progress import progress_bar
 
 PLUGIN_GROUP = "headprobe.plugins"
@@ -53,10 +53,15 @@ def _stage_command(plugin: Any):
             return
         try:
             cfg = plugin.config(**values)
+            device = getattr(cfg, "device", None)
+            if isinstance(device, str) and device.startswith(
+                "cuda"
+            ):  # before any model or data is built ("auto": the trainer's)
+                check_device(device)
             show = cfg.progress  # a bar on a terminal, a line every 30 s in a log (progress_bar)
             with progress_bar("train", ctx, enabled=show, info=True) as bar:
                 result = plugin.train(cfg, on_step=bar.report)
-        except plugin.errors as err:
+        except (*plugin.errors, typer.BadParameter) as err:
             raise fail(err, ctx) from None
         state = "interrupted (resume with --resume)" if result.interrupted else "done"
         loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
@@ -81,6 +86,7 @@ def _grid_command(plugin: Any):
         out: Annotated[str, typer.Option(help="RUNS folder")] = "runs/grid",
     ) -> None:
         """Train every member x seed through the recipe's runs; rerun to continue after a crash."""
+        check_counts(ctx, ("--jobs", jobs, 1))
         try:
             manifest = plugin.grid(
                 recipe, out, words(members) if members else None, words(runs) if runs else None,
@@ -159,6 +165,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         targets of the loss (copy, associative recall, needles in prose) mixed with prose."""
         from headprobe.text.tasks import TaskMix, TaskSettings
 
+        check_counts(ctx, ("--tokens", tokens, 1), ("--queries", queries, 1))
         try:
             settings = TaskSettings(int_range(distance), int_range(segment), int_range(pairs), queries, split)
             mix = TaskMix.parse(tasks, settings) if tasks else None

@@ -272,7 +272,9 @@ class ModelConfig:
         if not path.is_file():
             raise FileNotFoundError(f"model config {path} does not exist")
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path} is not UTF-8 text; give a model config JSON file") from None
         except json.JSONDecodeError as err:
             raise ConfigError(f"{path} is not valid JSON: {err}") from None
         if not isinstance(data, dict):

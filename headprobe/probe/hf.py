@@ -139,8 +139,12 @@ class HFModel(ProbedModel):
                 self.hf = AutoModelForCausalLM.from_pretrained(
                     str(path), local_files_only=True, attn_implementation=_IMPL, dtype=dtype
                 ).to(device)
-        except (OSError, ValueError, KeyError, RuntimeError) as err:  # RuntimeError: weights unlike the config
-            raise ModelLoadError(f"{path}: cannot load as a Hugging Face causal LM ({err})") from None
+        except Exception as err:  # transformers' own: OSError, ValueError, size mismatches, config validators...
+            reason = " ".join(str(err).split()) or type(err).__name__
+            raise ModelLoadError(
+                f"{path}: cannot load as a Hugging Face causal LM ({reason}); check that its config.json describes "
+                "its weights and that transformers supports the architecture"
+            ) from None
         self.hf.eval()
         self.name, self.device, self.folder, self.source = name or path.name, torch.device(device), path, source
         self.tokenizer = HFTokenizer(path)

@@ -93,6 +93,8 @@ class RulerSettings:
         parse_dtype(self.dtype)
         if self.lengths is not None and (not self.lengths or min(self.lengths) < 1):
             raise RulerError("`lengths` must be positive token counts")
+        if self.lengths is not None and len(set(self.lengths)) < len(self.lengths):
+            raise RulerError("`lengths` lists a length more than once; give each length once")
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
         if self.prompt_format not in {*(f.value for f in PromptFormat), "base"}:
@@ -351,6 +353,8 @@ def evaluate_many(
     ``allow_beyond_trained``), fail the whole run before any checkpoint is loaded.
     """
     settings = settings.resolve().settings
+    if (kwargs.get("batch_size") or 0) < 0:
+        raise RulerError(f"`batch_size` {kwargs['batch_size']}: give a positive number of samples (0 = automatic)")
     for path in checkpoints:
         check_trained_lengths(path, settings.lengths or [], settings.allow_beyond_trained)
 

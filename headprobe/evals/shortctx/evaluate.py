@@ -80,6 +80,8 @@ class ShortCtxSettings:
             raise ShortCtxError(f"unknown `task` {self.task!r}; choose {BUILTIN} or one of {', '.join(LOADERS)}")
         if self.task != BUILTIN and self.file is None:
             raise ShortCtxError(f"`task` {self.task} needs `file` with the task's local data")
+        if self.limit is not None and self.limit < 1:
+            raise ShortCtxError(f"`limit` {self.limit}: evaluate at least 1 item (or no `limit` for all)")
 
     def items(self) -> list[Item]:
         """The task's items (raises as :meth:`validate`, or naming a file that does not load)."""

@@ -1,0 +1,130 @@
+"""Hardening, second round (issue 28), first part: every count on the command line goes through one rule,
+repeated lengths are one length, an existing file is replaced only when asked, and four inputs that
+ended in a traceback end in one line. Each refusal exits 2 before any work, names the option, and
+leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import Result
+from typer.testing import CliRunner
+
+from headprobe.analysis import AnalyzeSettings
+from headprobe.analysis.settings import AnalysisError
+from headprobe.cli import app
+from headprobe.cli.common import token_counts
+from headprobe.evals.ruler.evaluate import RulerSettings
+from headprobe.evals.ruler.generate import RulerError
+
+WIDE = {"COLUMNS": "300"}
+
+
+def invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args], env=WIDE)
+
+
+def refused(res: Result, *says: str) -> str:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output and (res.exception is None or isinstance(res.exception, SystemExit))
+    errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, res.output
+    for part in says:
+        assert part in errors[0], (part, errors[0])
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> Path:
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.transformer import Transformer
+    from headprobe.testing import tiny_config
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("ck") / "tiny"
+    save_checkpoint(Transformer(tiny_config(vocab_size=264, max_seq_len=1024)), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "needs", "got"),
+    [
+        (["ruler", "eval", "{ckpt}", "--batch-size", "-1"], "--batch-size", "at least 0", "got -1"),
+        (["ruler", "eval", "{ckpt}", "--samples", "0"], "--samples", "at least 1", "got 0"),
+        (["shortctx", "eval", "{ckpt}", "--limit", "-3"], "--limit", "at least 1", "got -3"),
+        (["shortctx", "eval", "{ckpt}", "--batch-size", "0"], "--batch-size", "at least 1", "got 0"),
+        (["analyze", "{ckpt}", "--max-new-tokens", "0"], "--max-new-tokens", "at least 1", "got 0"),
+        (["analyze", "{ckpt}", "--samples", "-2"], "--samples", "at least 1", "got -2"),
+        (["analyze", "{ckpt}", "--topk", "0"], "--topk", "at least 1", "got 0"),
+        (["ablate", "{ckpt}", "--heads", "1.0", "--samples", "0"], "--samples", "at least 1", "got 0"),
+        (["study", "--jobs", "0"], "--jobs", "at least 1", "got 0"),
+        (["demo", "--jobs", "-1"], "--jobs", "at least 1", "got -1"),
+        (["train", "grid", "--jobs", "0"], "--jobs", "at least 1", "got 0"),
+        (["plan", "--seq-len", "0"], "--seq-len", "at least 1", "got 0"),
+        (["explore", "{ckpt}", "--needle", "--length", "256", "--port", "-1"], "--port", "at least 0", "got -1"),
+        (["ruler", "generate", "--out", "{tmp}/s.jsonl", "--reserve", "-1"], "--reserve", "at least 0", "got -1"),
+        (["data", "synth", "--tokens", "0", "--out", "{tmp}/d"], "--tokens", "at least 1", "got 0"),
+    ],
+)
+def test_non_positive_counts_are_refused_by_one_rule(tmp_path, ckpt, args, option, needs, got):
+    out = tmp_path / "out"
+    args = [a.replace("{ckpt}", str(ckpt)).replace("{tmp}", str(tmp_path)) for a in args]
+    if args[0] in ("ruler", "shortctx", "analyze", "ablate", "study", "demo") and args[:2] != ["ruler", "generate"]:
+        args += ["--out", str(out)]
+    refused(invoke(*args), f"{option}: give {needs}, {got}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, no folder made
+
+
+def test_a_length_given_twice_is_measured_once(tmp_path, ckpt):
+    assert token_counts("1k,1K,1024,2048,2k") == [1024, 2048]
+    res = invoke("analyze", ckpt, "--metrics", "entropy", "--lengths", "256,256", "--samples", "1", "--out",
+                 tmp_path / "o", "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["settings"]["lengths"] == [256]
+    assert "-1 of" not in res.output and "done earlier" not in res.output
+    with pytest.raises(AnalysisError, match=r"`lengths` lists 256 more than once"):
+        AnalyzeSettings(lengths=[256, 512, 256]).validate()
+    with pytest.raises(RulerError, match=r"`lengths` lists a length more than once"):
+        RulerSettings(lengths=[1024, 1024]).validate()
+
+
+def test_ruler_generate_keeps_an_existing_file_and_names_a_folder_or_a_missing_parent(tmp_path):
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("earlier\n")
+    refused(invoke("ruler", "generate", "--out", kept), "kept.jsonl exists", "--overwrite")
+    assert kept.read_text() == "earlier\n"
+    refused(invoke("ruler", "generate", "--out", tmp_path), "is a folder; give the JSON-lines file to write")
+    refused(invoke("ruler", "generate", "--out", tmp_path / "no" / "s.jsonl"), "does not exist; create it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl"]
+
+
+def test_inputs_that_ended_in_a_traceback_end_in_one_line(tmp_path, ckpt):
+    # a results folder drawn into a file
+    (tmp_path / "a_file").write_text("x")
+    refused(invoke("figures", tmp_path, "--out", tmp_path / "a_file"), "--out", "is a file; give a folder")
+    # a config that is not UTF-8 text
+    (tmp_path / "latin1.json").write_bytes('{"name": "caf\xe9"}'.encode("latin-1"))
+    refused(invoke("plan", "--config", tmp_path / "latin1.json"), "latin1.json is not UTF-8 text")
+    # a Hugging Face folder whose config disagrees with its weights
+    from headprobe.testing import build_toy_hf_model
+
+    folder = build_toy_hf_model("llama", tmp_path / "hf", layers=2)
+    config = json.loads((folder / "config.json").read_text())
+    config["num_attention_heads"] = 12
+    (folder / "config.json").write_text(json.dumps(config))
+    res = invoke("analyze", folder, "--metrics", "entropy", "--lengths", "64", "--out", tmp_path / "o")
+    assert res.exit_code == 1 and "Traceback" not in res.output  # a checkpoint that fails: exit 1, as for any
+    errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "cannot load as a Hugging Face causal LM" in errors[0]
+    assert "not a multiple of the number of attention heads (12)" in errors[0] and "config.json" in errors[0]
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a torch without CUDA")
+def test_training_on_cuda_with_a_cpu_build_says_so(tmp_path):
+    res = invoke("train", "--preset", "toy-d16", "--steps", "1", "--device", "cuda", "--out", tmp_path / "run")
+    refused(res, "--device cuda", "sees no CUDA GPU", "--device cpu")
+    assert not (tmp_path / "run").exists()
