@@ -128,3 +128,35 @@ def test_training_on_cuda_with_a_cpu_build_says_so(tmp_path):
     res = invoke("train", "--preset", "toy-d16", "--steps", "1", "--device", "cuda", "--out", tmp_path / "run")
     refused(res, "--device cuda", "sees no CUDA GPU", "--device cpu")
     assert not (tmp_path / "run").exists()
+
+
+def test_inputs_that_were_ignored_without_a_word_are_refused(tmp_path, ckpt):
+    # shortctx: a --file with the built-in task
+    (tmp_path / "items.jsonl").write_text("{}\n")
+    refused(invoke("shortctx", "eval", ckpt, "--task", "builtin", "--file", tmp_path / "items.jsonl", "--out",
+                   tmp_path / "o"), "--file", "--task builtin has none", "drop --file")  # fmt: skip
+    # explore: a length beyond what the model was trained on, as analyze and ruler eval refuse it
+    page = tmp_path / "page.html"
+    refused(invoke("explore", ckpt, "--needle", "--length", "2048", "--export", page),
+            "2,048 tokens exceed the 1,024 positions it was trained on", "--allow-beyond-trained")  # fmt: skip
+    assert not page.exists()
+
+
+def test_explore_refuses_the_results_of_another_model(tmp_path, ckpt):
+    import pandas as pd
+
+    from headprobe.results import TableMeta, write_table
+
+    rows = [{"model": name, "layer": 0, "head": 0, "layer_type": "sliding", "value": 0.5, "n_kept": 1,
+             "n_samples": 1, "length": 256} for name in ("other-a", "other-b")]  # fmt: skip
+    for name in ("other-a", "other-b"):
+        frame = pd.DataFrame([r for r in rows if r["model"] == name])
+        write_table(tmp_path / "res" / name / "retrieval.parquet", frame, TableMeta("retrieval", name))
+    page = tmp_path / "page.html"
+    refused(invoke("explore", ckpt, "--needle", "--length", "512", "--results", tmp_path / "res", "--export", page),
+            "holds results of other-a, other-b, not of tiny", "give this model's analyze folder")  # fmt: skip
+    big = pd.DataFrame([{**rows[0], "model": "solo", "layer": 40}])
+    write_table(tmp_path / "solo" / "solo" / "retrieval.parquet", big, TableMeta("retrieval", "solo"))
+    refused(invoke("explore", ckpt, "--needle", "--length", "512", "--results", tmp_path / "solo", "--export", page),
+            "solo's retrieval table has heads tiny lacks (layer 40")  # fmt: skip
+    assert not page.exists()

@@ -48,6 +48,9 @@ def explore(
     export_levels: Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")] = 2,
     device: Annotated[str, typer.Option(help="torch device for the models")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
+    allow_beyond_trained: Annotated[
+        bool, typer.Option(help="an input --length beyond what a model was trained on (refused otherwise)")
+    ] = False,
 ) -> None:
     """Explore exact attention maps of one model (or two side by side) on one input, in the browser, offline.
 
@@ -70,7 +73,10 @@ def explore(
         text=text, ruler=ruler, needle=needle, length=length, depth=depth, seed=seed, needles=needles,
         prompt_format=prompt_format,
     )  # fmt: skip
-    loading = dict(results=results, layers=ints(layers) if layers else None, rows=row_spec, device=device, dtype=dtype)
+    loading = dict(
+        results=results, layers=ints(layers) if layers else None, rows=row_spec, device=device, dtype=dtype,
+        allow_beyond_trained=allow_beyond_trained,
+    )  # fmt: skip
     views = _load(ctx, checkpoints, inputs | loading, export, export_levels)
     if export is not None:
         typer.echo(

@@ -8,7 +8,7 @@ from pathlib import Path
 from headprobe.explore.inputs import ExploreInput, needle_input, ruler_input, text_input
 from headprobe.explore.session import ModelView
 from headprobe.metrics.rows import Rows
-from headprobe.probe import ProbedModel, load_model, parse_dtype
+from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import Progress, checkpoint_name
 
 
@@ -45,11 +45,18 @@ def build_views(
     device: str = "cpu",
     dtype: str | None = None,
     progress: Progress | None = None,
+    allow_beyond_trained: bool = False,
     **input_options,
 ) -> list[ModelView]:
     """One :class:`ModelView` per checkpoint (names made unique), each on the input of ``input_options``
-    (:func:`make_input`)."""
+    (:func:`make_input`). An input ``length`` beyond what a model was trained on is refused before any
+    model loads, as ``analyze`` and ``ruler eval`` refuse it, unless ``allow_beyond_trained``."""
     views: list[ModelView] = []
+    length = input_options.get("length")
+    for path in checkpoints:
+        warning = check_trained_lengths(path, [length] if length else [], allow_beyond_trained)
+        if warning and progress is not None:
+            progress.log(warning)
     for path in checkpoints:
         name = checkpoint_name(path)
         if any(v.name == name for v in views):

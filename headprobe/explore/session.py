@@ -249,14 +249,32 @@ class ModelView:
         metrics (means over the lengths and samples there)."""
         if not folder.is_dir():
             raise ExploreError(f"--results {folder}: no such folder; give an `headprobe analyze` output folder")
+        tables = {t: collect(folder, t) for t in ("retrieval", "entropy", "reordering")}
+        tables = {t: f for t, f in tables.items() if not f.empty and "model" in f}
+        held = sorted({m for f in tables.values() for m in f["model"].unique()})
+        if not held:
+            raise ExploreError(
+                f"--results {folder} holds no retrieval, entropy or reordering table; give an `headprobe analyze` "
+                "output folder"
+            )
+        # a folder of one model's results is taken for this model whatever its name (a GGUF file and its
+        # converted folder are named apart), if its heads fit; several models: this one's, by name
+        chosen = self.name if self.name in held or len(held) > 1 else held[0]
+        if chosen not in held:
+            raise ExploreError(
+                f"--results {folder} holds results of {', '.join(held)}, not of {self.name}; give this model's "
+                "analyze folder"
+            )
         out = {}
-        for table in ("retrieval", "entropy", "reordering"):
-            frame = collect(folder, table)
-            if frame.empty or "model" not in frame:
-                continue
-            frame = frame[frame["model"] == self.name]
+        for table, frame in tables.items():
+            frame = frame[frame["model"] == chosen]
             if frame.empty:
                 continue
+            if frame["layer"].max() >= len(self.layers) or frame["head"].max() >= self.max_heads:
+                raise ExploreError(
+                    f"--results {folder}: {chosen}'s {table} table has heads {self.name} lacks (layer "
+                    f"{int(frame['layer'].max())}, head {int(frame['head'].max())}); give this model's analyze folder"
+                )
             grid = np.full((len(self.layers), self.max_heads), np.nan)
             means = frame.groupby(["layer", "head"])["value"].mean()
             for (layer, head), value in means.items():

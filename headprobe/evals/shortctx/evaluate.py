@@ -80,6 +80,11 @@ class ShortCtxSettings:
             raise ShortCtxError(f"unknown `task` {self.task!r}; choose {BUILTIN} or one of {', '.join(LOADERS)}")
         if self.task != BUILTIN and self.file is None:
             raise ShortCtxError(f"`task` {self.task} needs `file` with the task's local data")
+        if self.task == BUILTIN and self.file is not None:
+            raise ShortCtxError(
+                f"`file` {self.file} goes with a benchmark's own data, and `task` builtin has none; name the task the "
+                f"file holds ({', '.join(LOADERS)}), or drop `file`"
+            )
         if self.limit is not None and self.limit < 1:
             raise ShortCtxError(f"`limit` {self.limit}: evaluate at least 1 item (or no `limit` for all)")
 
