@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,16 @@ def read_table(path: str | Path) -> Table:
     if meta is None:
         raise ResultsError(f"{path} is not a headprobe result table (no headprobe metadata)")
     return Table(pd.read_parquet(path), meta)
+
+
+def results_of(held: Iterable[str], model: str) -> str | None:
+    """Whose results in a folder describe ``model``: its own by name; or, when the folder holds one model's
+    results only, that model's whatever its name (a GGUF file and its converted folder are named apart);
+    ``None`` when the folder holds several models and none is ``model``, or none at all."""
+    held = sorted(set(held))
+    if model in held:
+        return model
+    return held[0] if len(held) == 1 else None
 
 
 def collect(folder: str | Path, table: str, recursive: bool = False) -> pd.DataFrame:

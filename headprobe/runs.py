@@ -101,6 +101,13 @@ def versions() -> dict[str, str]:
     return out
 
 
+def repeated_lengths(lengths: Sequence[int]) -> str | None:
+    """The refusal of a job's ``lengths`` that name a length twice (its items and parts would collide),
+    naming the repeats; ``None`` when each length is there once."""
+    twice = sorted({n for n in lengths if list(lengths).count(n) > 1})
+    return f"`lengths` lists {', '.join(map(str, twice))} more than once; give each length once" if twice else None
+
+
 def resume_key(**fields: Any) -> dict[str, Any]:
     """A resume key: the values that decide a work item's numbers, in the form they take in JSON (so a
     key read back from a file compares equal to a freshly made one)."""

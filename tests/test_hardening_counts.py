@@ -87,7 +87,7 @@ def test_a_length_given_twice_is_measured_once(tmp_path, ckpt):
     assert "-1 of" not in res.output and "done earlier" not in res.output
     with pytest.raises(AnalysisError, match=r"`lengths` lists 256 more than once"):
         AnalyzeSettings(lengths=[256, 512, 256]).validate()
-    with pytest.raises(RulerError, match=r"`lengths` lists a length more than once"):
+    with pytest.raises(RulerError, match=r"`lengths` lists 1024 more than once; give each length once"):
         RulerSettings(lengths=[1024, 1024]).validate()
 
 

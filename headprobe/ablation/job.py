@@ -18,6 +18,7 @@ Output, in ``OUT/<model>/`` (tables through :mod:`headprobe.results`):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from headprobe.ablation.settings import (
     NEEDLE_TASK,
     AblateSettings,
     Condition,
-    accuracy_table,
+    Ranking,
     conditions,
     ranked_heads,
 )
@@ -145,11 +146,8 @@ def decode_prompts(
     for start in range(0, len(prompts), size):
         chunk = prompts[start : start + size]
         tensors = [torch.tensor([p.ids]) for p in chunk]
-        if condition.mode == "none":
+        with contextlib.nullcontext() if condition.mode == "none" else model.ablate(condition.heads, condition.mode):
             tokens = model.decode_batch(tensors, chunk[0].budget, stops)
-        else:
-            with model.ablate(condition.heads, condition.mode):
-                tokens = model.decode_batch(tensors, chunk[0].budget, stops)
         answers += [model.tokenizer.decode(t) for t in tokens]
         progress.advance(len(chunk))
     return answers
@@ -164,11 +162,28 @@ def sample_rows(condition: Condition, prompts: Sequence[Prompt], answers: Sequen
     )  # fmt: skip
 
 
+def accuracy_table(samples: pd.DataFrame) -> pd.DataFrame:
+    """The ``ablation`` table from the per-sample rows: the mean score of each condition x task x length x
+    depth cell, with its sample count ``n``."""
+    keys = ["condition", "mode", "heads", "n_heads", "seed", "task", "length", "depth"]
+    grouped = samples.groupby(keys, dropna=False, sort=False)["correct"]
+    out = grouped.agg(accuracy="mean", n="size").reset_index()
+    out["depth"] = out["depth"].astype(float)
+    return out
+
+
 def ablate_checkpoint(
-    path: Path, name: str, out: Path, s: AblateSettings, device: str, progress: Progress, memory: int | None
+    path: Path,
+    name: str,
+    out: Path,
+    s: AblateSettings,
+    ranking: Ranking | None,
+    device: str,
+    progress: Progress,
+    memory: int | None,
 ) -> pd.DataFrame:
-    """Every condition of one model (finished parts skipped); returns its ``ablation`` table."""
-    ranking = None if not s.from_results else ranked_heads(s.from_results, name)
+    """Every condition of one model (finished parts skipped); returns its ``ablation`` table. ``ranking``:
+    the model's heads by retrieval score (:func:`ranked_heads`), ``None`` without ``from_results``."""
     if ranking is not None and ranking.model != name:
         progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
@@ -239,10 +254,11 @@ def ablate(
     fail the whole run before any model loads."""
     s = settings or AblateSettings()
     s.validate()
-    for path in checkpoints:
+    rankings: dict[str, Ranking | None] = {}
+    for path in checkpoints:  # a missing or unusable retrieval table is refused before any model loads
         check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
-        if s.from_results:  # a missing or unusable retrieval table is refused before any model loads
-            ranked_heads(s.from_results, checkpoint_name(path))
+        name = checkpoint_name(path)
+        rankings[name] = ranked_heads(s.from_results, name) if s.from_results else None
     out, progress = Path(out), progress or Silent()
     report: RunReport[pd.DataFrame] = RunReport(out=out)
     with folder_lock(out):
@@ -250,7 +266,9 @@ def ablate(
             name = checkpoint_name(path)
             report.checkpoints[name] = str(path)
             try:
-                report.results[name] = ablate_checkpoint(Path(path), name, out, s, device, progress, memory_limit)
+                report.results[name] = ablate_checkpoint(
+                    Path(path), name, out, s, rankings[name], device, progress, memory_limit
+                )
             except (ValueError, FileNotFoundError) as err:
                 if len(checkpoints) == 1:
                     raise

@@ -24,13 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.probe import parse_dtype
 from headprobe.probe.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
-from headprobe.results import collect
+from headprobe.results import collect, results_of
+from headprobe.runs import repeated_lengths
 from headprobe.text.needles import needle_set
 from headprobe.text.prompt_format import PromptFormat
 
@@ -137,8 +136,8 @@ class AblateSettings:
             raise AblationError("no `modes`: choose zero and/or mean")
         if not self.lengths or min(self.lengths) < 16:
             raise AblationError("`lengths` must be token counts of at least 16")
-        if len(set(self.lengths)) < len(self.lengths):
-            raise AblationError("`lengths` lists a length more than once; give each length once")
+        if repeated := repeated_lengths(self.lengths):
+            raise AblationError(repeated)
         if NEEDLE_TASK in self.tasks and (not self.depths or not all(0 <= d <= 100 for d in self.depths)):
             raise AblationError("`depths` must be percentages between 0 and 100")
         if self.samples < 1 or self.max_new_tokens < 1:
@@ -186,15 +185,11 @@ def ranked_heads(from_results: str | Path, model: str) -> Ranking:
             f"`from_results` {from_results} holds no retrieval table; run `headprobe analyze MODEL --metrics "
             f"retrieval --out {from_results}` first, or name the heads (LAYER.HEAD,...)"
         )
-    models = sorted(set(table["model"]))
-    if model in models:
-        chosen = model
-    elif len(models) == 1:
-        chosen = models[0]
-    else:
+    chosen = results_of(table["model"], model)
+    if chosen is None:
         raise AblationError(
-            f"`from_results` {from_results} holds retrieval scores of {', '.join(models)}, not of {model}; "
-            "give the folder of this model's analysis"
+            f"`from_results` {from_results} holds retrieval scores of {', '.join(sorted(set(table['model'])))}, "
+            f"not of {model}; give the folder of this model's analysis"
         )
     scores = table[table["model"] == chosen].groupby(["layer", "head"])["value"].mean().dropna()
     if scores.empty:
@@ -235,14 +230,4 @@ def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | 
                     out.append(Condition("random", mode, tuple(sorted(drawn)), seed))
             else:
                 out.append(Condition("heads", mode, tuple(value)))  # type: ignore[arg-type]
-    return out
-
-
-def accuracy_table(samples: pd.DataFrame) -> pd.DataFrame:
-    """The ``ablation`` table from the per-sample rows: the mean score of each condition x task x length x
-    depth cell, with its sample count ``n``."""
-    keys = ["condition", "mode", "heads", "n_heads", "seed", "task", "length", "depth"]
-    grouped = samples.groupby(keys, dropna=False, sort=False)["correct"]
-    out = grouped.agg(accuracy="mean", n="size").reset_index()
-    out["depth"] = out["depth"].astype(float)
     return out

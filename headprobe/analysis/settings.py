@@ -9,7 +9,7 @@ from typing import Any
 from headprobe.metrics import METRICS, Metric, Rows, get_metrics
 from headprobe.metrics.retrieval import Span
 from headprobe.probe import parse_dtype
-from headprobe.runs import resume_key
+from headprobe.runs import repeated_lengths, resume_key
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_set
 from headprobe.text.prompt_format import PromptFormat
@@ -93,11 +93,8 @@ class AnalyzeSettings:
             raise AnalysisError(str(err)) from None
         if not self.lengths or min(self.lengths) < MIN_LENGTH:
             raise AnalysisError(f"`lengths` must be positive token counts of at least {MIN_LENGTH}")
-        repeated = sorted({n for n in self.lengths if self.lengths.count(n) > 1})
-        if repeated:
-            raise AnalysisError(
-                f"`lengths` lists {', '.join(map(str, repeated))} more than once; give each length once"
-            )
+        if repeated := repeated_lengths(self.lengths):
+            raise AnalysisError(repeated)
         if self.samples < 1 or self.max_new_tokens < 1 or self.topk < 1:
             raise AnalysisError("`samples`, `max_new_tokens` and `topk` must be >= 1")
         for f in self.haystack_files or []:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from headprobe.cli.common import (
     DTYPE_HELP,
+    PROMPT_FORMAT_HELP,
     check_counts,
     check_run,
     fail,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
 CWE_HELP = "ruler (RULER's word counts by length) | fit (the small counts wherever the standard ones do not fit)"
 FORMAT_HELP = (
-    "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain "
-    "(RULER's base) | a wrapper string or file containing {task_template} (RULER's model template)"
+    f"{PROMPT_FORMAT_HELP} (RULER's base) | a wrapper string or file containing {{task_template}} (RULER's "
+    "model template)"
 )
 LENGTHS_HELP = "comma list of target lengths in tokens, k = 1,024 (4096,16k,128K)"
 

@@ -34,7 +34,7 @@ from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
 from headprobe.probe.base import ProbedModel
-from headprobe.results import collect
+from headprobe.results import collect, results_of
 from headprobe.runs import Progress, Silent, available_memory, require_fits
 from headprobe.stats import attention_stats
 
@@ -257,10 +257,8 @@ class ModelView:
                 f"--results {folder} holds no retrieval, entropy or reordering table; give an `headprobe analyze` "
                 "output folder"
             )
-        # a folder of one model's results is taken for this model whatever its name (a GGUF file and its
-        # converted folder are named apart), if its heads fit; several models: this one's, by name
-        chosen = self.name if self.name in held or len(held) > 1 else held[0]
-        if chosen not in held:
+        chosen = results_of(held, self.name)  # one model's folder is taken whatever its name, if its heads fit
+        if chosen is None:
             raise ExploreError(
                 f"--results {folder} holds results of {', '.join(held)}, not of {self.name}; give this model's "
                 "analyze folder"

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.tokenizer import HFTokenizer
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.text.prompt_format import chat_turn_end
 
 StopTokens = Mapping[int, tuple[str, ...]]  # id -> the files that declared it, in the table's order
@@ -71,10 +71,6 @@ def declared_stop_tokens(folder: str | Path, tokenizer: HFTokenizer) -> StopToke
     return {i: tuple(sources) for i, sources in sorted(found.items())}
 
 
-def describe_stops(stops: StopTokens, tokenizer: Any) -> dict[str, list[str]]:
+def describe_stops(stops: StopTokens, tokenizer: HFTokenizer | ByteTokenizer) -> dict[str, list[str]]:
     """``{token text: [files]}`` for the results' records (``id:N`` where a token has no text)."""
-    out = {}
-    for i, sources in stops.items():
-        text = tokenizer.token_text(i) if hasattr(tokenizer, "token_text") else None
-        out[text or f"id:{i}"] = list(sources)
-    return out
+    return {tokenizer.token_text(i) or f"id:{i}": list(sources) for i, sources in stops.items()}

@@ -43,6 +43,7 @@ from headprobe.runs import (
     Silent,
     available_memory,
     checkpoint_name,
+    repeated_lengths,
     resume_key,
     run_models,
     write_results,
@@ -93,8 +94,8 @@ class RulerSettings:
         parse_dtype(self.dtype)
         if self.lengths is not None and (not self.lengths or min(self.lengths) < 1):
             raise RulerError("`lengths` must be positive token counts")
-        if self.lengths is not None and len(set(self.lengths)) < len(self.lengths):
-            raise RulerError("`lengths` lists a length more than once; give each length once")
+        if self.lengths is not None and (repeated := repeated_lengths(self.lengths)):
+            raise RulerError(repeated)
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
         if self.prompt_format not in {*(f.value for f in PromptFormat), "base"}:
