@@ -14,7 +14,7 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
@@ -22,7 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 import torch
 
-from headprobe.model.atomic import atomic_write_text, folder_lock
+from headprobe.model.atomic import FolderBusy, atomic_write_text, folder_lock
 from headprobe.model.budget import MemoryEstimate
 from headprobe.probe.errors import ModelLoadError
 from headprobe.probe.gguf import is_gguf
@@ -166,6 +166,23 @@ class Parts:
     def write(self, table: Schema, item: str, frame: pd.DataFrame, meta: TableMeta) -> None:
         write_table(self.path(table.table, item), frame, meta, table)
 
+    def differences(self, keys: Sequence[dict[str, Any]], free: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+        """What the finished parts were made from that ``keys`` (this run's, one per work item) would change:
+        ``{field: (the part's value, this run's)}`` for each field, other than the ``free`` ones (those a
+        rerun may vary: the metric, the length ...), in which a part's key differs from this run's key of
+        the same metric (of any metric when this run has none); empty when every part fits this run."""
+        by_metric = {k.get("metric"): k for k in keys}
+        found: dict[str, tuple[Any, Any]] = {}
+        for path in sorted(self.folder.glob("*.parquet")) if keys else []:
+            meta = read_meta(path)
+            if meta is None or meta.key is None:
+                continue
+            new = by_metric.get(meta.key.get("metric"), keys[0])
+            for name in sorted(set(meta.key) & set(new) - set(free)):
+                if meta.key[name] != new[name]:
+                    found.setdefault(name, (meta.key[name], new[name]))
+        return found
+
     def gather(self, table: str, items: Sequence[str]) -> pd.DataFrame:
         """The parts of ``items`` in order, concatenated."""
         return pd.concat([read_table(self.path(table, i)).frame for i in items], ignore_index=True)
@@ -228,6 +245,28 @@ def run_each(
     return report
 
 
+class FolderOfAnotherCommand(FolderBusy):
+    """The output folder holds another command's run (its ``run.json`` names another job)."""
+
+
+@contextlib.contextmanager
+def job_folder(out: Path, job: str) -> Iterator[None]:
+    """Hold ``out`` for one run of ``job`` (:func:`folder_lock`), refusing a folder whose run record
+    (``OUT/run.json``) is another command's: each command's results and record stay its own."""
+    with folder_lock(out):
+        record = Path(out) / RUN_FILE
+        if record.is_file():
+            try:
+                other = json.loads(record.read_text(encoding="utf-8")).get("job")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                other = "an unknown command"
+            if other != job:
+                raise FolderOfAnotherCommand(
+                    f"{out} holds the results of `headprobe {other}` ({record}); give `headprobe {job}` another `out`"
+                )
+        yield
+
+
 def run_models(
     checkpoints: Sequence[str | Path],
     out: Path,
@@ -242,7 +281,7 @@ def run_models(
     run holds ``out`` (:func:`folder_lock`) throughout; with ``ranks`` of several processes, the first
     holds it and writes the record."""
     names, ranks = unique_names(checkpoints), ranks or Ranks()
-    with ranks.held_by_main(folder_lock(out)):
+    with ranks.held_by_main(job_folder(out, record[0])):
         if len(checkpoints) == 1:
             report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
             report.results[names[0]] = job(Path(checkpoints[0]), out, names[0])

@@ -106,10 +106,13 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
     monkeypatch.setattr(items_mod, "decode_items", boom)
     analyze([ours], tmp_path, settings(metrics=["entropy", "retrieval"]))
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
-    with pytest.raises(AssertionError, match="redone"):  # other settings: the items are computed again
-        analyze([ours], tmp_path, settings(metrics=["entropy"], rows="last:8"))
-    with pytest.raises(AssertionError, match="redone"):  # another dtype gives other numbers: recomputed
-        analyze([ours], tmp_path, settings(metrics=["entropy"], dtype="float64"))
+    # other settings would replace the results: refused, naming the setting, before any work
+    for change, says in ((dict(rows="last:8"), "`rows` 'all' there, 'last:8' now"),
+                         (dict(dtype="float64"), "`dtype` None there, 'float64' now")):  # fmt: skip
+        report = analyze([ours], tmp_path, settings(metrics=["entropy"], **change))
+        assert "holds results made with other settings" in report.errors["tiny"]
+        assert says in report.errors["tiny"], report.errors
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
     # a metric whose definition changed (a new revision) is recomputed, not read back
     revised = dataclasses.replace(metrics_mod.METRICS["entropy"], revision=99)
     monkeypatch.setitem(metrics_mod.METRICS, "entropy", revised)

@@ -40,7 +40,6 @@ from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.metrics.retrieval import answer_stops, rouge1_recall
-from headprobe.model.atomic import folder_lock
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.probe.ablation import AblationMode, Head, check_heads
 from headprobe.results import Column, Schema
@@ -50,6 +49,7 @@ from headprobe.runs import (
     RunReport,
     Silent,
     checkpoint_name,
+    job_folder,
     resume_key,
     table_meta,
     write_results,
@@ -261,7 +261,7 @@ def ablate(
         rankings[name] = ranked_heads(s.from_results, name) if s.from_results else None
     out, progress = Path(out), progress or Silent()
     report: RunReport[pd.DataFrame] = RunReport(out=out)
-    with folder_lock(out):
+    with job_folder(out, "ablate"):
         for path in checkpoints:
             name = checkpoint_name(path)
             report.checkpoints[name] = str(path)

@@ -36,7 +36,6 @@ from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
-from headprobe.model.atomic import folder_lock
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.ranks import Ranks
 from headprobe.results import Schema
@@ -47,6 +46,7 @@ from headprobe.runs import (
     RunReport,
     Silent,
     available_memory,
+    job_folder,
     require_fits,
     run_each,
     table_meta,
@@ -76,6 +76,24 @@ def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: int)
         cached = length + s.max_new_tokens if decodes else 0
         estimate = model.memory(length, rows=s.row_selection.count(length), topk=s.topk, cached_tokens=cached)
         require_fits(f"{name} at {length:,} tokens", estimate, budget, MEMORY_FIX)
+
+
+def check_parts(parts: Parts, keys: list[dict[str, Any]], folder: Path) -> None:
+    """Refuse, before the model loads, a results folder whose finished parts were made from another
+    checkpoint or with other settings: a rerun adds metrics, lengths or a metric's new revision to a
+    folder, and never replaces one model's results by another's, or mixes settings."""
+    found = parts.differences(keys, free=("metric", "revision", "length", "prompt_start"))
+    if "checkpoint" in found:
+        raise AnalysisError(
+            f"{folder} holds the results of another checkpoint ({found['checkpoint'][0]}); give another `out`, "
+            f"or delete {folder} to start over"
+        )
+    if found:
+        changes = "; ".join(f"`{k}` {old!r} there, {new!r} now" for k, (old, new) in found.items())
+        raise AnalysisError(
+            f"{folder} holds results made with other settings ({changes}); rerun with the same settings, give "
+            f"another `out`, or delete {folder} to start over"
+        )
 
 
 @dataclass(frozen=True)
@@ -178,9 +196,10 @@ def analyze_checkpoint(
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)  # before anything heavy loads
     if warning:
         progress.log(f"{name}: {warning}")
+    folder, parts, metrics = out / name, Parts(out / name), s.chosen()
+    check_parts(parts, [s.key(m, n, path, []) for m in metrics for n in s.lengths], folder)
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     check_inputs(model, name, s, memory_limit or available_memory(torch.device(device)))
-    folder, parts, metrics = out / name, Parts(out / name), s.chosen()
     keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
     plan, done_earlier = plan_items(s, keys, parts, ranks.size)  # decided before any part is written
     for m, length, done in done_earlier:
@@ -288,7 +307,7 @@ def analyze(
         # (the bar of a run with a failure does not end full as if they had been done)
         return analyze_checkpoint(path, name, out, settings, device, memory_limit, progress, ranks)
 
-    with ranks.held_by_main(folder_lock(out)):
+    with ranks.held_by_main(job_folder(out, "analyze")):
         report = run_each(checkpoints, job, progress, out)
         report.primary = ranks.is_main
         if report.results and ranks.is_main:  # nothing is written when every checkpoint failed
