@@ -7,6 +7,8 @@ Both provide ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``vocab_size
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
@@ -30,6 +32,9 @@ class Tokenizer(Protocol):
 
     @property
     def newline_ids(self) -> tuple[int, ...]: ...
+
+    @property
+    def fingerprint(self) -> str: ...
 
 
 class ByteTokenizer:
@@ -74,6 +79,11 @@ class ByteTokenizer:
     def newline_ids(self) -> tuple[int, ...]:
         """Ids whose text contains a newline: the byte ``0x0A``."""
         return (10,)
+
+    @property
+    def fingerprint(self) -> str:
+        """What tells this tokenizer from others (:attr:`HFTokenizer.fingerprint`): ``"byte"``."""
+        return "byte"
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
@@ -145,6 +155,15 @@ class HFTokenizer:
     def newline_ids(self) -> tuple[int, ...]:
         """Ids whose text contains a newline (computed once over the vocabulary)."""
         return tuple(i for i in range(self.vocab_size) if "\n" in self.decode([i]))
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """What tells this tokenizer from others, whatever file it was read from: ``vocab-sha256:`` and the
+        first 16 hex digits of the SHA-256 of its vocabulary (every entry and id, added tokens included).
+        Two files of one tokenizer (the original and a re-saved copy) have the same fingerprint."""
+        entries = sorted(self._tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+        digest = hashlib.sha256(json.dumps(entries, ensure_ascii=False).encode("utf-8")).hexdigest()
+        return f"vocab-sha256:{digest[:16]}"
 
     @functools.cached_property
     def default_prefix(self) -> tuple[int, ...]:

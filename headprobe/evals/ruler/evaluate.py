@@ -235,6 +235,29 @@ def load_samples(model: ProbedModel, run: RulerRun, wrapper: Wrapper | None) -> 
     return list(gen.samples(run.tasks, s.lengths or [], s.samples))
 
 
+def check_data_tokenizer(model: ProbedModel, samples: list[dict[str, Any]], data: str | Path) -> str | None:
+    """Samples of a ``data`` file are fitted to one tokenizer: refuse those that record another than the
+    model's (their lengths would be wrong for it); of samples that record none (RULER's own files), say
+    how long they are for this model, measured."""
+    ours = model.tokenizer.fingerprint
+    theirs = sorted({str(x["tokenizer"]) for x in samples if x.get("tokenizer")})
+    if theirs == [ours] or not samples:
+        return None
+    counts: dict[int, list[int]] = {}
+    for x in samples:
+        ids = model.encode_prompt(x["input"] + x["answer_prefix"])
+        counts.setdefault(int(x["length"]), []).append(len(ids))
+    measured = "; ".join(f"at {n:,} tokens they are {min(c):,}-{max(c):,}" for n, c in sorted(counts.items()))
+    if theirs:
+        raise RulerError(
+            f"`data` {data} was generated for another tokenizer ({', '.join(theirs)}) than {model.name}'s "
+            f"({ours}); for this model its samples are too long or too short ({measured}); generate samples "
+            f"for it (`headprobe ruler generate --tokenizer {getattr(model.tokenizer, 'path', 'byte')}`), or evaluate "
+            "without `data`"
+        )
+    return f"`data` {data} records no tokenizer; measured with this model's: {measured}"
+
+
 def sample_format(sample: dict[str, Any]) -> str:
     """The prompt format a sample was made in: as recorded, else read from its wrapper (older files)."""
     if sample.get("prompt_format"):
@@ -314,6 +337,10 @@ def evaluate(
     key = settings.key(checkpoint, model.prompt_start, "as in `data`" if wrapper is None else wrapper.template)
     store.check(key)  # before generating: a refusal costs nothing
     samples = load_samples(model, run, wrapper)  # every process generates the same samples
+    if run.samples is not None:
+        note = check_data_tokenizer(model, samples, settings.data or "")
+        if note:
+            progress.log(f"{name}: {note}")
     if ranks.is_main:
         store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
     skipped = skipped_tasks(samples, {t.name for t in tasks})

@@ -21,7 +21,8 @@ its ``fit`` and ``fill`` (``token_count / budget``). Samples are deterministic i
 Sample fields follow RULER: ``index``, ``input`` (the prompt without the answer prefix), ``outputs``
 (the references), ``length`` (the target), ``answer_prefix``, ``task``, ``token_count`` (tokens of
 ``input + answer_prefix``), ``haystack`` (which text filled it), plus ``budget``, ``size`` (``n``),
-``fit``, ``fill`` and ``source``; cwe samples also ``cwe_rule`` (:class:`CweRule`).
+``fit``, ``fill``, ``source`` and ``tokenizer`` (the fingerprint of the tokenizer the sample was fitted to,
+:attr:`headprobe.model.tokenizer.HFTokenizer.fingerprint`); cwe samples also ``cwe_rule`` (:class:`CweRule`).
 
 A task whose smallest prompt does not fit a length (vt and cwe below about 1.3K and 2K tokens with a
 byte-level tokenizer) is skipped at that length by :meth:`RulerGenerator.samples`: every sample of that
@@ -320,6 +321,7 @@ class RulerGenerator:
             "source": source,
             "wrapper": self.wrapper,
             "prompt_format": self.prompt_format,
+            "tokenizer": self.tokenizer.fingerprint,
         }
         return sample | ({"cwe_rule": str(self.cwe_rule)} if task.family == "cwe" else {})
 
