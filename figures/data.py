@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headprobe.model.paths import not_a
 from headprobe.results import ResultsError, TableMeta, collect, read_meta, read_table
 
 WHO = ["member", "seed", "run"]
@@ -35,9 +36,9 @@ class Results:
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
-        if not self.folder.is_dir():
+        if why := not_a(self.folder, "folder"):
             raise ResultsError(
-                f"results folder {self.folder} does not exist "
+                f"results folder {self.folder} {why} "
                 "(give the folder that `headprobe study`, `analyze` or `ruler eval` wrote)"
             )
 

@@ -75,7 +75,7 @@ def test_dtype_choice_and_overflow(tmp_path):
     "name, content, match",
     [
         ("empty.txt", b"", "is empty"),
-        ("latin.txt", "caf\xe9".encode("latin-1"), "not valid UTF-8 at byte 3"),
+        ("latin.txt", "caf\xe9".encode("latin-1"), r"latin\.txt is not UTF-8 text \(.* at byte 3\)"),
         ("bad.jsonl", b'{"txt": "x"}\n', r"bad\.jsonl:1: expected an object with a string 'text'"),
         ("broken.jsonl", b'{"text": \n', r"broken\.jsonl:1: not valid JSON"),
     ],

@@ -82,7 +82,7 @@ def test_haystack_files_are_checked_before_any_model_loads(tmp_path):
     for path, message in ((binary, "is not UTF-8 text"), (missing, "does not exist")):
         # the checkpoint does not exist either: the haystack's error comes first, so it was checked first
         out = analyze(str(tmp_path / "no-ckpt"), "--haystack-file", str(path), "--out", str(tmp_path / "r"))
-        assert out.exit_code == 2 and f"--haystack-file file {path} {message}" in out.output, out.output
+        assert out.exit_code == 2 and f"--haystack-file {path} {message}" in out.output, out.output
     assert listing(tmp_path / "r") is None
 
 

@@ -289,7 +289,7 @@ def test_eval_checks_haystack_files_before_loading_a_model(tmp_path, checkpoints
     binary.write_bytes(b"\x00\xff\xfe\x89 not text")
     opts = ["--tasks", "niah_single_3", "--lengths", "1k", "--samples", "1", "--out", tmp_path / "r"]
     refused(invoke("ruler", "eval", checkpoints["long"], *opts, "--haystack-file", binary),
-            f"--haystack-file {binary} is not UTF-8 text", "give a text file")  # fmt: skip
+            f"--haystack-file {binary} is not UTF-8 text", "convert it to UTF-8")  # fmt: skip
     refused(invoke("ruler", "eval", checkpoints["long"], *opts, "--haystack-file", tmp_path / "gone.txt"),
             f"--haystack-file {tmp_path / 'gone.txt'} does not exist")  # fmt: skip
     assert not (tmp_path / "r").exists()

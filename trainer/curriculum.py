@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from headprobe.model.paths import read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.probes import Probe, ProbeError
 from headprobe.text.tasks import TaskMix, TaskSettings
@@ -82,10 +83,9 @@ class Curriculum:
     @classmethod
     def load(cls, path: str | Path) -> Curriculum:
         path = Path(path)
-        if not path.is_file():
-            raise TrainError(f"curriculum file {path} does not exist")
+        text = read_utf8(path, "curriculum file", TrainError)
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(text)
         except json.JSONDecodeError as err:
             raise TrainError(f"{path} is not valid JSON: {err}") from None
         return cls.from_dict(raw, str(path))

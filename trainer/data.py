@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from headprobe.model.atomic import atomic_directory
+from headprobe.model.paths import not_a, read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.jsonl import jsonl_records
 from headprobe.text.tasks import TaskMix
@@ -189,16 +190,6 @@ class ShardWriter:
 # ---------------------------------------------------------------------------------------------
 # Reading sources
 # ---------------------------------------------------------------------------------------------
-def _decode(path: Path, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(
-            f"{path}: not valid UTF-8 at byte {err.start}; convert it first "
-            f"(e.g. `iconv -f latin1 -t utf-8 {path.name}`)"
-        ) from None
-
-
 Spans = list[tuple[int, int]]
 
 
@@ -224,8 +215,8 @@ def read_examples(path: Path) -> Iterator[tuple[str, Spans | None]]:
     """Documents of one source file with their loss spans: a whole text file, or the ``text`` field of
     each JSONL line (with its optional ``loss_spans``: only the tokens they cover are targets) or Parquet
     row. ``None`` spans: every token counts."""
-    if not path.is_file():
-        raise DataError(f"source {path} does not exist")
+    if why := not_a(path, "file"):
+        raise DataError(f"source {path} {why}")
     if path.stat().st_size == 0:
         raise DataError(f"source {path} is empty")
     suffix = path.suffix.lower()
@@ -238,7 +229,7 @@ def read_examples(path: Path) -> Iterator[tuple[str, Spans | None]]:
             raise DataError(f"{path}: cannot read a 'text' column ({err})") from None
         yield from ((str(t), None) for t in frame["text"] if isinstance(t, str) and t)
         return
-    text = _decode(path, path.read_bytes())
+    text = read_utf8(path, "source", DataError)
     if suffix in (".jsonl", ".ndjson"):
         for lineno, record in jsonl_records(text, path, DataError):
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
@@ -388,8 +379,8 @@ class TokenData:
 
     def __init__(self, folder: str | Path, verify: bool = False) -> None:
         self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise DataError(f"data folder {self.folder} does not exist")
+        if why := not_a(self.folder, "folder"):
+            raise DataError(f"data folder {self.folder} {why} (`headprobe data prepare` writes one)")
         self.manifest = Manifest.load(self.folder)
         itemsize = np.dtype(DTYPES[self.manifest.dtype]).itemsize
         self._maps: list[np.ndarray] = []

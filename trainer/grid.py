@@ -45,6 +45,7 @@ from typing import Any
 
 from headprobe.cleanup import CLEANUPS
 from headprobe.model.atomic import atomic_write_text
+from headprobe.model.paths import read_utf8
 from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, TrainConfig, TrainError, TrainResult
 from trainer.train import train
@@ -72,10 +73,9 @@ class Recipe:
             if not builtin.is_file():
                 raise TrainError(f"no built-in recipe for scale {spec!r}; give a recipe file instead")
             path = Path(str(builtin))
-        if not path.is_file():
-            raise TrainError(f"recipe file {path} does not exist")
+        text = read_utf8(path, "recipe file", TrainError)
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(text)
         except json.JSONDecodeError as err:
             raise TrainError(f"{path} is not valid JSON: {err}") from None
         return cls.from_dict(raw, path, profile)

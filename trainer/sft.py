@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headprobe.model.paths import read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.text.corpus import GENERATORS, Writer
 from headprobe.text.jsonl import jsonl_records
@@ -29,13 +30,8 @@ class Example:
 
 def load_jsonl(path: str | Path) -> list[Example]:
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"SFT file {path} does not exist")
+    text = read_utf8(path, "SFT file", DataError)
     out = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not valid UTF-8 at byte {err.start}") from None
     for lineno, rec in jsonl_records(text, path, DataError):
         if (
             not isinstance(rec, dict)

@@ -99,7 +99,7 @@ class AnalyzeSettings:
             raise AnalysisError("`samples`, `max_new_tokens` and `topk` must be >= 1")
         for f in self.haystack_files or []:
             try:
-                read_text_file(f, "`haystack` file")
+                read_text_file(f, "`haystack`")
             except TextFileError as err:
                 raise AnalysisError(str(err)) from None
         need = max((getattr(m, "min_topk", 0) for m in metrics), default=0)

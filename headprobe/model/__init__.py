@@ -18,6 +18,7 @@ tokenizer       the byte tokenizer and local ``tokenizer.json`` files
 checkpoint      checkpoint folders (``save_checkpoint``, ``load_checkpoint``)
 budget          the only parameter / FLOP / KV-cache / memory formulas
 atomic          atomic file and folder writes; one run per output folder (``folder_lock``)
+paths           what an input path is when it is not what was asked for (``not_a``); ``read_utf8``
 ==============  ===================================================================================
 """
 

@@ -17,6 +17,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from headprobe.model.paths import not_a
+
 
 class Choice(str, Enum):
     """A typed choice among named values (a ``str`` enum): it prints and compares as its value
@@ -269,8 +271,8 @@ class ModelConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"model config {path} does not exist")
+        if why := not_a(path, "file"):
+            raise FileNotFoundError(f"model config {path} {why}")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError:

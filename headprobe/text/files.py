@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headprobe.model.paths import read_utf8
+
 
 class TextFileError(ValueError):
     """A text file that is missing, not UTF-8, or empty."""
@@ -12,15 +14,7 @@ class TextFileError(ValueError):
 def read_text_file(path: str | Path, what: str) -> str:
     """The UTF-8 text of ``path``; ``what`` names it in errors (an option such as ``--text``, or a setting
     in backticks)."""
-    path = Path(path)
-    if not path.is_file():
-        raise TextFileError(f"{what} {path} does not exist; give a UTF-8 text file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise TextFileError(
-            f"{what} {path} is not UTF-8 text ({err.reason} at byte {err.start:,}); give a text file"
-        ) from None
+    text = read_utf8(path, what, TextFileError)
     if not text.strip():
         raise TextFileError(f"{what} {path} holds no text")
     return text

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from headprobe.model.paths import read_utf8
 from headprobe.text.corpus import documents
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -32,9 +33,7 @@ def haystack_sentences(seed: int = 0, files: list[Path] | None = None, prose_onl
     if files:
         texts = []
         for f in files:
-            if not Path(f).is_file():
-                raise FileNotFoundError(f"haystack file {f} does not exist")
-            texts.append(Path(f).read_text(encoding="utf-8"))
+            texts.append(read_utf8(f, "haystack file", FileNotFoundError))
         sentences = [s for t in texts for s in split_sentences(t)]
         if not sentences:
             raise ValueError("the haystack files hold no text")

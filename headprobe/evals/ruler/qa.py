@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from headprobe.model.paths import read_utf8
 from headprobe.text.wordlists import words
 
 
@@ -51,11 +52,10 @@ class QAFileError(ValueError):
 
 
 def _read_json(path: Path):
-    if not path.is_file():
-        raise QAFileError(f"QA file {path} does not exist")
+    text = read_utf8(path, "QA file", QAFileError)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
         raise QAFileError(f"{path} is not valid JSON: {err}") from None
 
 

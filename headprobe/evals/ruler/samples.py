@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.evals.ruler.generate import RulerError
+from headprobe.model.paths import not_a, read_utf8
 from headprobe.text.jsonl import jsonl_records
 
 SAMPLE_FIELDS = {"index", "input", "outputs", "length", "answer_prefix", "task"}
@@ -18,10 +19,10 @@ def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
     out: dict[str, Path] = {}
     for p in paths or []:
         path = Path(p)
-        if not path.is_file():
-            raise RulerError(f"QA file {path} does not exist")
-        with path.open(encoding="utf-8") as f:
-            head = f.read(1 << 16).lstrip()
+        if why := not_a(path, "file"):
+            raise RulerError(f"`qa_file` {path} {why}")
+        with path.open("rb") as f:  # enough to tell the formats apart; the whole file is read as UTF-8 later
+            head = f.read(1 << 16).decode("utf-8", errors="replace").lstrip()
         kind = "hotpotqa" if head.startswith("[") else "squad" if head.startswith("{") else None
         if kind is None:
             raise RulerError(f"{path} is neither SQuAD v2 (a JSON object) nor HotpotQA (a JSON list)")
@@ -32,10 +33,8 @@ def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
 def read_samples(path: str | Path) -> list[dict[str, Any]]:
     """RULER-format samples from a JSON-lines file (``headprobe ruler generate`` or RULER's own)."""
     path = Path(path)
-    if not path.is_file():
-        raise RulerError(f"data file {path} does not exist")
     samples = []
-    for lineno, sample in jsonl_records(path.read_text(encoding="utf-8"), path, RulerError):
+    for lineno, sample in jsonl_records(read_utf8(path, "`data`", RulerError), path, RulerError):
         missing = SAMPLE_FIELDS - set(sample)
         if missing:
             raise RulerError(f"{path}:{lineno}: missing RULER fields {sorted(missing)}")

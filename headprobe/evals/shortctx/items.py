@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headprobe.model.paths import read_utf8
 from headprobe.text.jsonl import jsonl_records
 from headprobe.text.wordlists import words
 
@@ -31,9 +32,8 @@ class Item:
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise ShortCtxError(f"task file {path} does not exist")
-    out = [record for _, record in jsonl_records(path.read_text(encoding="utf-8"), path, ShortCtxError)]
+    text = read_utf8(path, "task file", ShortCtxError)
+    out = [record for _, record in jsonl_records(text, path, ShortCtxError)]
     if not out:
         raise ShortCtxError(f"{path} holds no items")
     return out

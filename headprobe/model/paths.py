@@ -1,0 +1,38 @@
+"""Paths in words: what a path given as input is when it is not what was asked for, and reading a text
+file with errors that name it. Every "does not exist" of the package goes through :func:`not_a`, so a
+file given where a folder is expected (or the reverse) is called what it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["file", "folder"]
+
+
+def not_a(path: str | Path, kind: Kind) -> str | None:
+    """Why ``path`` is not a ``kind``, to follow its name in a message (``"does not exist"``, ``"is a
+    folder, not a file"``, ``"is a file, not a folder"``); ``None`` when it is one."""
+    path = Path(path)
+    if path.is_dir():
+        return None if kind == "folder" else "is a folder, not a file"
+    if path.is_file():
+        return None if kind == "file" else "is a file, not a folder"
+    if path.exists():
+        return f"is neither a file nor a folder; give a {kind}"
+    return "does not exist"
+
+
+def read_utf8(path: str | Path, what: str, error: type[Exception]) -> str:
+    """The text of the file ``path``; ``error`` (naming it as ``what path``) when it is not a file or not
+    UTF-8 text."""
+    path = Path(path)
+    if why := not_a(path, "file"):
+        raise error(f"{what} {path} {why}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise error(
+            f"{what} {path} is not UTF-8 text ({err.reason} at byte {err.start:,}); convert it to UTF-8 "
+            "(e.g. `iconv -t utf-8`)"
+        ) from None
