@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
+from headprobe.model.paths import not_a
+
 
 @runtime_checkable
 class Tokenizer(Protocol):
@@ -104,8 +106,8 @@ class HFTokenizer:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"tokenizer file {path} does not exist")
+        if why := not_a(path, "file"):
+            raise FileNotFoundError(f"tokenizer file {path} {why}")
         try:
             self._tok = _Tok.from_file(str(path))
         except Exception as err:  # tokenizers raises a bare Exception subclass
