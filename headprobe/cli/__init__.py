@@ -21,12 +21,14 @@ progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
 import threading
 
 import typer
+from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
 from headprobe.cleanup import run_cleanups
 from headprobe.cli import ablate, analyze, explore, figures, plan, ruler, shortctx, show, study
@@ -80,6 +82,45 @@ def install_interrupts() -> None:
         threading.Thread(target=_watch, args=(read,), daemon=True, name="headprobe-interrupt-watchdog").start()
 
 
+class _Group(TyperGroup):
+    """headprobe's groups (the command itself, and each one :meth:`_App.add_typer` adds): ``--help`` as click's
+    plain text, which wraps to any terminal. typer's rich panels cut option names and defaults short with "…"
+    at 80 columns, put ``<bool>`` on flags and leave the help text a narrow column (issue 28). The app's
+    ``rich_markup_mode=None``, which typer hands to every command, makes every command's help plain; usage
+    errors keep typer's panel, as the root's :meth:`main` shows them with typer's default mode."""
+
+    def main(self, *args, **kwargs):
+        self.rich_markup_mode = DEFAULT_MARKUP_MODE  # how usage errors are shown; help stays plain (below)
+        return super().main(*args, **kwargs)
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        """A group without a command shows its help on stdout, exit code 2 (typer's rich mode printed it
+        there; its usage-error panel shows nothing for it)."""
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter) -> None:
+        """click's help, whatever ``rich_markup_mode`` says."""
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        self.format_options(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command with the first paragraph of its help, in full (click cuts it to a line, with "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                text = command.short_help or inspect.cleandoc(command.help or "").partition("\f")[0].split("\n\n")[0]
+                rows.append((name, " ".join(text.replace("\b", "").split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 class _App(typer.Typer):
     """The command: an error of headprobe's own (or a missing or unwritable file) reaching it is shown as
     one clear line and exit code 2; ``--debug`` shows the traceback instead. Any other exception is a bug
@@ -103,11 +144,18 @@ class _App(typer.Typer):
             typer.secho("(run `headprobe --debug ...` for the traceback)", err=True)
             raise SystemExit(2) from None
 
+    def add_typer(self, typer_instance: typer.Typer, **kwargs) -> None:
+        """A group of subcommands, shown as :class:`_Group` (unless ``cls`` says otherwise)."""
+        kwargs.setdefault("cls", _Group)
+        super().add_typer(typer_instance, **kwargs)
+
 
 app = _App(
     help="headprobe: how attention-head shape decides long-context retrieval.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=_Group,
+    rich_markup_mode=None,  # --help as plain text (see _Group)
 )
 
 
