@@ -326,9 +326,28 @@ def available_memory(device: torch.device | str) -> int:
 USABLE = 0.9  # the share of the budget a run may plan to use
 
 
-def require_fits(what: str, estimate: MemoryEstimate, budget: int, fix: str) -> None:
-    """Raise :class:`DoesNotFit` when ``estimate`` exceeds the usable share of ``budget`` bytes."""
-    if estimate.total > USABLE * budget:
-        raise DoesNotFit(
-            f"{what} needs about {estimate.describe()}, but only {budget / 2**30:.2f} GiB is available; {fix}"
-        )
+@dataclass(frozen=True)
+class MemoryBudget:
+    """The bytes a run may use: the ``memory_limit`` given (``limited``), else what the device has free."""
+
+    bytes: int
+    limited: bool = False
+
+    @classmethod
+    def of(cls, device: torch.device | str, memory_limit: int | None) -> MemoryBudget:
+        return cls(memory_limit, True) if memory_limit else cls(available_memory(device))
+
+    def __str__(self) -> str:
+        gib = f"{self.bytes / 2**30:.3g} GiB"
+        return f"`memory_limit` allows only {gib}" if self.limited else f"only {gib} is available"
+
+    def fix(self, fix: str) -> str:
+        """``fix`` (what to change to need less), with raising the limit first when one was given."""
+        return f"raise `memory_limit`, or {fix}" if self.limited else f"{fix}, or use a larger machine"
+
+
+def require_fits(what: str, estimate: MemoryEstimate, budget: MemoryBudget, fix: str) -> None:
+    """Raise :class:`DoesNotFit` when ``estimate`` exceeds the usable share of ``budget``; ``fix`` says how
+    to need less."""
+    if estimate.total > USABLE * budget.bytes:
+        raise DoesNotFit(f"{what} needs about {estimate.describe()}, but {budget}; {budget.fix(fix)}")

@@ -225,6 +225,7 @@ def test_memory_estimate_refuses_with_a_hint(tmp_path, checkpoints):
     )
     assert res.exit_code == 1
     assert "needs about" in res.output and "GiB" in res.output and "--rows" in res.output
+    assert "but --memory-limit allows only 0.5 GiB; raise --memory-limit, or analyse fewer rows" in res.output
     assert not (tmp_path / "m").exists()
     model = load_model(ours)
     small = model.memory(4096, rows=Rows.parse("last:64").count(4096), topk=16)

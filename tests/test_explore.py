@@ -204,7 +204,7 @@ def test_bad_requests_name_the_problem(needle_view):
 def test_an_input_too_long_for_memory_is_refused_before_any_work(tiny, monkeypatch):
     import headprobe.explore.session as session
 
-    monkeypatch.setattr(session, "available_memory", lambda device: 2**20)
+    monkeypatch.setattr(session.MemoryBudget, "of", classmethod(lambda cls, device, limit: cls(2**20)))
     with pytest.raises(RuntimeError, match=r"exploring tiny at 600 tokens needs about .* use a shorter --length"):
         ModelView(tiny, needle_input(tiny, 600, 40.0), "tiny")
 

@@ -16,6 +16,7 @@ from headprobe.probe import ModelLoadError
 from headprobe.results import Column, ResultsError, Schema, TableMeta, collect, read_meta, read_table, write_table
 from headprobe.runs import (
     DoesNotFit,
+    MemoryBudget,
     Parts,
     RunReport,
     Silent,
@@ -155,6 +156,9 @@ def test_run_models_one_into_out_several_into_folders(tmp_path):
 
 def test_require_fits_refuses_over_ninety_percent_with_the_estimate():
     estimate = MemoryEstimate(weights=2**30, activations=2**30, statistics=0, kv_cache=2**29)  # 2.5 GiB
-    require_fits("m at 4,096 tokens", estimate, budget=3 * 2**30, fix="use shorter `lengths`")  # 83%: fits
-    with pytest.raises(DoesNotFit, match=r"m at 4,096 tokens needs about 2\.50 GiB .*2\.60 GiB is available; use"):
-        require_fits("m at 4,096 tokens", estimate, budget=int(2.6 * 2**30), fix="use shorter `lengths`")
+    require_fits("m at 4,096 tokens", estimate, MemoryBudget(3 * 2**30), fix="use shorter `lengths`")  # 83%: fits
+    with pytest.raises(DoesNotFit, match=r"m at 4,096 tokens needs about 2\.50 GiB .*only 2\.6 GiB is available; use"):
+        require_fits("m at 4,096 tokens", estimate, MemoryBudget(int(2.6 * 2**30)), fix="use shorter `lengths`")
+    # a limit the user gave is named, and raising it is the first fix
+    with pytest.raises(DoesNotFit, match=r"but `memory_limit` allows only 2\.6 GiB; raise `memory_limit`, or use"):
+        require_fits("m", estimate, MemoryBudget(int(2.6 * 2**30), limited=True), fix="use shorter `lengths`")

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
@@ -41,11 +40,11 @@ from headprobe.ranks import Ranks
 from headprobe.results import Schema
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
+    MemoryBudget,
     Parts,
     Progress,
     RunReport,
     Silent,
-    available_memory,
     job_folder,
     require_fits,
     run_each,
@@ -55,12 +54,10 @@ from headprobe.runs import (
 )
 from headprobe.text.needles import needle_prompt, needle_set
 
-MEMORY_FIX = (
-    "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`, or use a larger machine"
-)
+MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`"
 
 
-def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: int) -> None:
+def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: MemoryBudget) -> None:
     """Refuse, before any work, lengths beyond the model's positions, needles that do not fit, and
     lengths whose estimated memory exceeds the budget."""
     decodes = any(isinstance(m, DecodeMetric) for m in s.chosen())
@@ -199,7 +196,7 @@ def analyze_checkpoint(
     folder, parts, metrics = out / name, Parts(out / name), s.chosen()
     check_parts(parts, [s.key(m, n, path, []) for m in metrics for n in s.lengths], folder)
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
-    check_inputs(model, name, s, memory_limit or available_memory(torch.device(device)))
+    check_inputs(model, name, s, MemoryBudget.of(device, memory_limit))
     keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
     plan, done_earlier = plan_items(s, keys, parts, ranks.size)  # decided before any part is written
     for m, length, done in done_earlier:

@@ -35,7 +35,7 @@ from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
 from headprobe.probe.base import ProbedModel
 from headprobe.results import collect, results_of
-from headprobe.runs import Progress, Silent, available_memory, require_fits
+from headprobe.runs import MemoryBudget, Progress, Silent, require_fits
 from headprobe.stats import attention_stats
 
 # per-head metrics: name -> (label, description)
@@ -164,7 +164,7 @@ class ModelView:
         require_fits(
             f"exploring {self.name} at {length:,} tokens",
             estimate,
-            available_memory(self.model.device),
+            MemoryBudget.of(self.model.device, None),
             "use a shorter --length or capture fewer --layers",
         )
 

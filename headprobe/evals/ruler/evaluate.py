@@ -17,6 +17,7 @@ it) are left out of that length's mean, which says so (:mod:`headprobe.evals.rul
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -37,13 +38,15 @@ from headprobe.probe import ProbedModel, check_trained_lengths, load_model, pars
 from headprobe.ranks import Ranks
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
+    USABLE,
     DoesNotFit,
+    MemoryBudget,
     Progress,
     RunReport,
     Silent,
-    available_memory,
     checkpoint_name,
     repeated_lengths,
+    require_fits,
     resume_key,
     run_models,
     write_results,
@@ -196,21 +199,17 @@ def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None,
     prefill pass leaves free (at most ``MAX_BATCH``); ``requested`` is checked the same way. Raises with
     the numbers when not even one sample fits."""
     prefill = model.memory(length)
-    budget = memory_limit or available_memory(model.device)
+    budget = MemoryBudget.of(model.device, memory_limit)
     per_sample = model.kv_cache_bytes(length + max(t.tokens_to_generate for t in TASKS.values()))
-    if prefill.total + per_sample > 0.9 * budget:
-        raise DoesNotFit(
-            f"{model.name} at {length:,} tokens needs about {(prefill.total + per_sample) / 2**30:.2f} GiB "
-            f"({prefill.describe()} + KV cache {per_sample / 2**30:.2f} GiB), but only {budget / 2**30:.2f} GiB is "
-            "available; use shorter `lengths` or a larger machine"
-        )
-    fits = max(1, int((0.9 * budget - prefill.total) * 0.5 // per_sample))
+    one = dataclasses.replace(prefill, kv_cache=prefill.kv_cache + per_sample)  # one sample's prefill and cache
+    require_fits(f"{model.name} at {length:,} tokens", one, budget, "use shorter `lengths`")
+    fits = max(1, int((USABLE * budget.bytes - prefill.total) * 0.5 // per_sample))
     if requested is None:
         return min(fits, MAX_BATCH)
     if requested > fits:
         raise DoesNotFit(
             f"`batch_size` {requested} at {length:,} tokens needs {requested * per_sample / 2**30:.2f} GiB of KV "
-            f"cache; at most {fits} fit in {budget / 2**30:.2f} GiB; use a smaller `batch_size` (0 = automatic)"
+            f"cache; at most {fits} fit ({budget}); use a smaller `batch_size` (0 = automatic)"
         )
     return requested
 
