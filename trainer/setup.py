@@ -41,8 +41,8 @@ def _load_init(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokeniz
         return load_checkpoint(cfg.init, dtype=torch.float32)  # type: ignore[arg-type]
     except CheckpointError as err:
         raise TrainError(
-            f"`init`: {err}. Give `init` a checkpoint folder ({CONFIG_FILE} and {WEIGHTS_FILE}), e.g. the final/ "
-            "folder of a pt run's `out`"
+            f"`init`: {str(err).rstrip('.')}. Give `init` a checkpoint folder ({CONFIG_FILE} and {WEIGHTS_FILE}), "
+            "e.g. the final/ folder of a pt run's `out`"
         ) from None
 
 
@@ -200,3 +200,9 @@ def _packed(data: TokenData, seq_len: int, tokenizer: ByteTokenizer | HFTokenize
 def tokenizer_spec(tokenizer: ByteTokenizer | HFTokenizer) -> str:
     """How a run records its tokenizer: ``byte`` or the ``tokenizer.json`` path."""
     return "byte" if isinstance(tokenizer, ByteTokenizer) else str(tokenizer.path)
+
+
+def tokenizer_sha256(tokenizer: ByteTokenizer | HFTokenizer) -> str | None:
+    """The SHA-256 of the run's ``tokenizer.json`` (``None`` for the byte tokenizer): with :func:`tokenizer_spec`,
+    what a step checkpoint records, so that exporting it later cannot pick up a file changed since."""
+    return None if isinstance(tokenizer, ByteTokenizer) else hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()

@@ -40,7 +40,7 @@ from trainer.interrupt import interrupt_flag
 from trainer.logbook import MetricsLog
 from trainer.mfu import mfu, peak_flops
 from trainer.optim import Schedule, build_optimizer
-from trainer.setup import apply_freeze, data_source, model_and_tokenizer, tokenizer_spec
+from trainer.setup import apply_freeze, data_source, model_and_tokenizer, tokenizer_sha256, tokenizer_spec
 from trainer.train_state import list_steps
 
 StepCallback = Callable[[int, int, str], None]  # (steps done, total steps, one-line status)
@@ -142,12 +142,24 @@ class Trainer:
     def _resume(self, existing: list[tuple[int, Path]]) -> tuple[int, int]:
         if not (self.cfg.resume and existing):
             return 0, 0
-        state = train_state.load_step(existing[-1][1], self.wrapped, self.optimizer, self.world)
-        if state["data"] != self.data_identity:
+        folder = existing[-1][1]
+        saved = train_state.read_state(folder)  # checked before any weights load: nothing is changed if refused
+        differs = train_state.model_differences(saved.get("model_config"), self.model_cfg)
+        if differs:
+            same = {Stage.PT: "`preset`/`config`", Stage.CPT: "`init`, `seq_len` and `rope_theta_full`"}.get(
+                self.cfg.stage, "`init` and `seq_len`"
+            )
             raise TrainError(
-                f"cannot resume from {existing[-1][1]}: data settings differ (saved {state['data']}, now "
+                f"cannot resume from {folder}: model settings differ (saved vs now: {'; '.join(differs)}); the run "
+                f"would continue the saved weights as another model. Give the same {same} as that run, or another "
+                "`out` to train this model from scratch"
+            )
+        if saved["data"] != self.data_identity:
+            raise TrainError(
+                f"cannot resume from {folder}: data settings differ (saved {saved['data']}, now "
                 f"{self.data_identity}); the run would not read the same batches"
             )
+        state = train_state.load_step(folder, self.wrapped, self.optimizer, self.world)
         if isinstance(self.source, CurriculumSource):
             self.source.state = CurriculumState.from_dict(state["curriculum"])
         return state["step"], state["tokens"]
@@ -221,6 +233,7 @@ class Trainer:
             "stage": self.cfg.stage.value,
             "model_config": self.model_cfg.to_dict(),
             "tokenizer": tokenizer_spec(self.tokenizer),
+            "tokenizer_sha256": tokenizer_sha256(self.tokenizer),
             "train_config": self.cfg.to_dict(),
         }
         if isinstance(self.source, CurriculumSource):

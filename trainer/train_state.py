@@ -14,6 +14,7 @@ folder into a plain model checkpoint (:mod:`headprobe.model.checkpoint`) without
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -34,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from headprobe.model.atomic import atomic_write_text
+from headprobe.model.config import ModelConfig
 from trainer.distributed import World, barrier
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
@@ -107,6 +109,35 @@ def read_state(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "state.json").read_text())
 
 
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def model_differences(saved: dict[str, Any] | None, now: ModelConfig) -> list[str]:
+    """How the model configuration a step checkpoint recorded (``state.json``'s ``model_config``) differs from
+    ``now``, field by field (``"preset toy-d16 vs toy-d32"``, ``"full.n_heads 8 vs 4"``: saved vs now); empty
+    when every field that shapes the model or its training is equal. The preset name is listed with the others
+    but alone is no difference (a config file with a preset's values is that preset)."""
+    if saved is None:  # not recorded: nothing to compare
+        return []
+    old, new = _flat(saved), _flat(now.to_dict())
+    keys = sorted((k for k in {**old, **new} if old.get(k) != new.get(k)), key=lambda k: k != "name")  # name first
+    if keys in ([], ["name"]):
+        return []
+    label = {"name": "preset"}
+    return [f"{label.get(k, k)} {_shown(old.get(k))} vs {_shown(new.get(k))}" for k in keys]
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
 def load_step(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, world: World) -> dict[str, Any]:
     """Restore model, optimizer and (when the process count matches) RNG states; returns state.json."""
     state = read_state(folder)
@@ -126,8 +157,8 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
     """Turn a step folder into a plain checkpoint (no process group needed)."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from headprobe.model.checkpoint import save_checkpoint
-    from headprobe.model.config import ModelConfig
+    from headprobe.model.checkpoint import CheckpointError, save_checkpoint
+    from headprobe.model.tokenizer import HFTokenizer
     from headprobe.model.transformer import Transformer
     from headprobe.text.toy_tokenizer import open_tokenizer
 
@@ -143,4 +174,14 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
     model = Transformer(cfg)
     model.load_state_dict(weights)
     tok = state.get("tokenizer", "byte")
-    return save_checkpoint(model, out, None if tok == "byte" else open_tokenizer(tok))
+    tokenizer = None if tok == "byte" else open_tokenizer(tok)
+    want = state.get("tokenizer_sha256")
+    if want and isinstance(tokenizer, HFTokenizer):
+        have = hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()
+        if have != want:
+            raise CheckpointError(
+                f"{tokenizer.path} is not the tokenizer {folder} was trained with (SHA-256 {want[:12]} then, "
+                f"{have[:12]} now); the exported checkpoint would carry the wrong one. Restore that tokenizer.json "
+                "at that path, then export again"
+            )
+    return save_checkpoint(model, out, tokenizer)

@@ -3,11 +3,15 @@ the byte tokenizer, ``tokenizer.json``.
 
 The folder is written atomically (see :mod:`headprobe.model.atomic`): a crash leaves the previous checkpoint
 or none, never a half-written one. Each tensor's CRC-32 is stored in the safetensors metadata, so a
-file whose bytes were damaged after writing is caught on load, not silently used.
+file whose bytes were damaged after writing is caught on load, not silently used. So is the tokenizer the
+model was saved with (the byte tokenizer, or the SHA-256 and size of ``tokenizer.json`` as written): a
+``tokenizer.json`` that went missing, was replaced, or was added to a byte checkpoint is refused on load
+instead of silently reading the text with other ids. Checkpoints written before that record load as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from pathlib import Path
@@ -30,6 +34,9 @@ FORMAT = "headprobe-checkpoint-1"
 # have identical tensor shapes, so shapes alone cannot tell their weights apart
 _LAYOUT_FIELDS = ("vocab_size", "d_model", "n_layers", "d_ff", "full_every", "tie_embeddings")
 _ATTENTION_LAYOUT_FIELDS = ("n_heads", "qk_head_dim", "v_head_dim", "n_kv_heads")
+# the safetensors metadata key of the tokenizer record, and its two kinds
+TOKENIZER_KEY = "tokenizer"
+BYTE_KIND, FILE_KIND = "byte", TOKENIZER_FILE
 
 
 class CheckpointError(RuntimeError):
@@ -57,8 +64,22 @@ def _weights(model: Transformer) -> dict[str, Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in state.items()}
 
 
+def _sha256(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
+
+
+def tokenizer_record(folder: Path, tokenizer: ByteTokenizer | HFTokenizer | None) -> dict[str, object]:
+    """What a checkpoint records of its tokenizer: ``{"kind": "byte", "vocab_size": 264}``, or for a
+    ``tokenizer.json`` (already written into ``folder``) ``{"kind": "tokenizer.json", "sha256": ..., "vocab_size":
+    ...}``, the SHA-256 of the file's bytes as written."""
+    if tokenizer is None or isinstance(tokenizer, ByteTokenizer):
+        return {"kind": BYTE_KIND, "vocab_size": (tokenizer or ByteTokenizer()).vocab_size}
+    return {"kind": FILE_KIND, "sha256": _sha256(folder / TOKENIZER_FILE), "vocab_size": tokenizer.vocab_size}
+
+
 def save_checkpoint(model: Transformer, path: str | Path, tokenizer: ByteTokenizer | HFTokenizer | None = None) -> Path:
-    """Write ``model`` (and ``tokenizer``) to the folder ``path`` atomically; returns ``path``."""
+    """Write ``model`` (and ``tokenizer``; ``None`` is the byte tokenizer) to the folder ``path`` atomically, the
+    tokenizer recorded (:func:`tokenizer_record`) so that a different one is refused on load; returns ``path``."""
     path = Path(path)
     if (
         tokenizer is not None
@@ -76,9 +97,10 @@ def save_checkpoint(model: Transformer, path: str | Path, tokenizer: ByteTokeniz
     }
     with atomic_directory(path) as tmp:
         (tmp / CONFIG_FILE).write_text(model.cfg.to_json())
-        save_file(weights, str(tmp / WEIGHTS_FILE), metadata=metadata)
         if tokenizer is not None and not isinstance(tokenizer, ByteTokenizer):
             tokenizer.save(tmp / TOKENIZER_FILE)
+        metadata[TOKENIZER_KEY] = json.dumps(tokenizer_record(tmp, tokenizer))
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata=metadata)
     return path
 
 
@@ -129,6 +151,59 @@ def _check_integrity(path: Path, cfg: ModelConfig, tensors: dict[str, Tensor], m
             )
 
 
+def _ids(n: object) -> str:
+    return f"{n:,} ids" if isinstance(n, int) else "? ids"
+
+
+def _describe(record: dict[str, object]) -> str:
+    if record.get("kind") == BYTE_KIND:
+        return f"the byte tokenizer ({_ids(record.get('vocab_size'))})"
+    return f"a {TOKENIZER_FILE} of {_ids(record.get('vocab_size'))} (SHA-256 {str(record.get('sha256'))[:12]})"
+
+
+def _check_tokenizer(path: Path, metadata: dict[str, str]) -> None:
+    """The folder holds the tokenizer the weights were saved with (a checkpoint without the record, written
+    before it existed, passes: its tokenizer is whatever the folder holds, as it always was)."""
+    if TOKENIZER_KEY not in metadata:
+        return
+    tok_file = path / TOKENIZER_FILE
+    try:
+        record = json.loads(metadata[TOKENIZER_KEY])
+        kind = record["kind"]
+        if kind not in (BYTE_KIND, FILE_KIND):
+            raise KeyError(kind)
+    except (json.JSONDecodeError, TypeError, KeyError):
+        raise CheckpointError(
+            f"{path / WEIGHTS_FILE}: its tokenizer record is damaged ({metadata[TOKENIZER_KEY][:80]!r}). "
+            "Restore the file from a copy."
+        ) from None
+    recorded = f"{path} was saved with {_describe(record)}"
+    if kind == BYTE_KIND:
+        if tok_file.is_file():
+            raise CheckpointError(
+                f"{tok_file}: {recorded}, but the folder holds a {TOKENIZER_FILE} (SHA-256 "
+                f"{_sha256(tok_file)[:12]}) it would be read with instead. Remove {tok_file}: this checkpoint's "
+                "tokenizer is the byte tokenizer."
+            )
+        return
+    fix = f"Restore the {TOKENIZER_FILE} the checkpoint was saved with."
+    if not tok_file.is_file():
+        raise CheckpointError(
+            f"{tok_file} is missing: {recorded}; without it the text would be read with the byte tokenizer "
+            f"({_ids(ByteTokenizer.vocab_size)}). {fix}"
+        )
+    found = _sha256(tok_file)
+    if found != record.get("sha256"):
+        try:
+            size = _ids(load_tokenizer(tok_file).vocab_size)
+        except ValueError:
+            size = f"not a valid {TOKENIZER_FILE}"
+        raise CheckpointError(
+            f"{tok_file} is not the tokenizer the checkpoint was saved with: {recorded}, but this file has "
+            f"SHA-256 {found[:12]} ({size}). {fix}"
+        )
+
+
 def _check_shapes(path: Path, cfg: ModelConfig, tensors: dict[str, Tensor], expected: dict[str, Tensor]) -> None:
     """The file holds exactly the model's tensors, each of the config's shape."""
     missing = sorted(set(expected) - set(tensors))
@@ -161,13 +236,15 @@ def load_checkpoint(
     The model keeps the dtype its weights were saved in unless ``dtype`` is given.
 
     Raises:
-        CheckpointError: the folder or a file is missing, the weights are damaged, or they do not
-            match ``config.json`` (each problem is named with the file it concerns).
+        CheckpointError: the folder or a file is missing, the weights are damaged, they do not match
+            ``config.json``, or the tokenizer is not the one they were saved with (each problem is named with
+            the file it concerns).
     """
     path = Path(path)
     cfg = _read_config(path)
     tensors, metadata = _read_weights(path / WEIGHTS_FILE)
     _check_integrity(path, cfg, tensors, metadata)
+    _check_tokenizer(path, metadata)
     model = Transformer(cfg)
     _check_shapes(path, cfg, tensors, _weights(model))
     if dtype is None:  # keep the precision the weights were saved in
