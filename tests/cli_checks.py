@@ -4,6 +4,9 @@ is wrong and the fix, and left the files as they were."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import Result
@@ -17,6 +20,22 @@ WIDE = {"COLUMNS": "300"}  # no line of the output wraps
 def invoke(*args: str | Path, env: dict[str, str] | None = None) -> Result:
     """``headprobe ARGS...`` in this process."""
     return CliRunner().invoke(app, [str(a) for a in args], env={**WIDE, **(env or {})})
+
+
+def run_command(*args: str | Path, timeout: float = 120) -> Result:
+    """``python -m headprobe ARGS...`` in a new process, through the command's own error handling (which
+    :func:`invoke` bypasses: errors that reach the top, e.g. an unwritable path, are shown there), as a
+    :class:`Result` (stdout and stderr together in ``output``)."""
+    env = {**os.environ, **WIDE, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "headprobe", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    output = done.stdout + done.stderr
+    return Result(CliRunner(), done.stdout.encode(), done.stderr.encode(), output.encode(), None, done.returncode, None)
 
 
 def one_error(res: Result, code: int, *says: str) -> str:

@@ -351,11 +351,11 @@ def checkpoint(tmp_path_factory):
         (["--needle", "--text", "x.txt"], "give exactly one input"),
         (["--needle"], "--needle needs --length N"),
         (["--ruler", "niah_single_1"], "--ruler needs --length N"),
-        (["--text", "missing.txt"], "--text missing.txt: no such file"),
+        (["--text", "missing.txt"], "--text missing.txt does not exist; give a UTF-8 text file"),
         (["--needle", "--length", "300", "--rows", "odd:3"], "--rows 'odd:3'"),
         (["--needle", "--length", "300", "--layers", "7"], "--layers [7]: tiny has layers 0..3"),
-        (["--ruler", "nope", "--length", "300"], "--ruler nope --length 300"),
-        (["--needle", "--length", "300", "--results", "nowhere"], "--results nowhere: no such folder"),
+        (["--ruler", "nope", "--length", "300"], "--ruler nope is not a RULER-style task"),
+        (["--needle", "--length", "300", "--results", "nowhere"], "--results nowhere does not exist; give a"),
     ],
 )
 def test_the_command_refuses_bad_options_with_a_message(checkpoint, args, message, tmp_path):

@@ -32,7 +32,7 @@ def ablate(
     heads: Annotated[list[str] | None, typer.Option(help=HEADS_HELP)] = None,
     from_results: Annotated[
         Path | None,
-        typer.Option("--from", help="an `headprobe analyze --metrics retrieval` output: ranks heads for top:K"),
+        typer.Option("--from", help="a `headprobe analyze --metrics retrieval` output: ranks heads for top:K"),
     ] = None,
     modes: Annotated[str, typer.Option(help="comma list of zero (the head writes nothing) | mean (its mean)")] = "zero",
     seeds: Annotated[str, typer.Option(help="comma list of seeds, one random set each")] = "0,1,2",

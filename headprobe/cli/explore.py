@@ -29,7 +29,7 @@ def explore(
     needles: Annotated[str, typer.Option(help="--needle: needle set, builtin | codes (the toy models')")] = "builtin",
     prompt_format: Annotated[str, typer.Option(help=f"--needle/--ruler: {PROMPT_FORMAT_HELP}")] = "auto",
     results: Annotated[
-        Path | None, typer.Option(help="an `headprobe analyze` output folder: its per-head tables become metrics")
+        Path | None, typer.Option(help="a `headprobe analyze` output folder: its per-head tables become metrics")
     ] = None,
     layers: Annotated[
         str | None, typer.Option(help="comma list of layers to capture (default all; fewer saves memory)")
@@ -136,14 +136,21 @@ def _check_options(
             f"(got {', '.join(chosen) or 'none'})",
             ctx,
         )
+    if ruler is not None:
+        from headprobe.evals.ruler.tasks import TASKS
+
+        if ruler not in TASKS:
+            raise fail(f"--ruler {ruler} is not a RULER-style task; choose one of {', '.join(TASKS)}", ctx)
     if (ruler or needle) and length is None:
         raise fail(f"{chosen[0]} needs --length N (input tokens)", ctx)
     if length is not None and length < 1:
         raise fail(f"--length {length}: give a positive number of tokens", ctx)
-    if text is not None and not text.is_file():
-        raise fail(f"--text {text}: no such file; give a UTF-8 text file", ctx)
-    if results is not None and not results.is_dir():
-        raise fail(f"--results {results}: no such folder; give an `headprobe analyze` output folder", ctx)
+    from headprobe.model.paths import not_a
+
+    if text is not None and (why := not_a(text, "file")):
+        raise fail(f"--text {text} {why}; give a UTF-8 text file", ctx)
+    if results is not None and (why := not_a(results, "folder")):
+        raise fail(f"--results {results} {why}; give a `headprobe analyze` output folder", ctx)
     if export is not None and (export.is_dir() or not export.parent.is_dir()):
         raise fail(f"--export {export}: give an HTML file path in an existing folder", ctx)
     if export_levels < 1:

@@ -248,13 +248,13 @@ class ModelView:
         """Per-head tables of an ``analyze`` results folder for this model, as ``results:<table>``
         metrics (means over the lengths and samples there)."""
         if not folder.is_dir():
-            raise ExploreError(f"--results {folder}: no such folder; give an `headprobe analyze` output folder")
+            raise ExploreError(f"--results {folder}: no such folder; give a `headprobe analyze` output folder")
         tables = {t: collect(folder, t) for t in ("retrieval", "entropy", "reordering")}
         tables = {t: f for t, f in tables.items() if not f.empty and "model" in f}
         held = sorted({m for f in tables.values() for m in f["model"].unique()})
         if not held:
             raise ExploreError(
-                f"--results {folder} holds no retrieval, entropy or reordering table; give an `headprobe analyze` "
+                f"--results {folder} holds no retrieval, entropy or reordering table; give a `headprobe analyze` "
                 "output folder"
             )
         chosen = results_of(held, self.name)  # one model's folder is taken whatever its name, if its heads fit

@@ -81,10 +81,28 @@ def _hidden_sibling(path: Path, kind: str, token: str) -> Path:
     return path.parent / f".{path.name}.{kind}-{token}"
 
 
+class NotWritable(PermissionError):
+    """A path cannot be written (a read-only or special folder, no permission, no space); the message names
+    the user's path, not the temporary name that failed."""
+
+
+def _cannot_write(path: Path, err: OSError) -> NotWritable:
+    reason = (err.strerror or str(err)).lower()
+    return NotWritable(f"cannot write {path} ({reason}); give a path in a folder you can write")
+
+
+def make_parent(path: Path) -> None:
+    """Create the folders above ``path``, or raise :class:`NotWritable` naming ``path``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise _cannot_write(path, err) from None
+
+
 def _create_temporary(path: Path, create: Callable[[Path], _T]) -> tuple[Path, str, _T]:
     """Create a new hidden ``.NAME.tmp-TOKEN`` sibling of ``path`` with ``create`` (which must raise
     :class:`FileExistsError` when the name is taken); returns its path, its random token and what ``create``
-    returned."""
+    returned. Raises :class:`NotWritable` naming ``path`` when its folder cannot be written."""
     for _ in range(_NAME_TRIES):
         token = secrets.token_hex(4)
         tmp = _hidden_sibling(path, "tmp", token)
@@ -92,6 +110,8 @@ def _create_temporary(path: Path, create: Callable[[Path], _T]) -> tuple[Path, s
             return tmp, token, create(tmp)
         except FileExistsError:
             continue
+        except OSError as err:
+            raise _cannot_write(path, err) from None
     raise FileExistsError(f"no free temporary name next to {path} after {_NAME_TRIES} tries")
 
 
@@ -129,7 +149,7 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
     untouched and the temporary file is removed.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     tmp, _, fd = _create_temporary(path, lambda name: os.open(name, flags, FILE_MODE))
     os.close(fd)
@@ -166,7 +186,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     and deleted once the new folder is in place.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(path)
     tmp, token, _ = _create_temporary(path, lambda name: os.mkdir(name, DIR_MODE))
     old = _hidden_sibling(path, "old", token)
     moved_aside = False
@@ -210,8 +230,11 @@ def folder_lock(out: str | Path) -> Iterator[None]:
     removes what a killed run left midway through writing (:func:`sweep_temporaries`)."""
     out = Path(out)
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise _cannot_write(out, err) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

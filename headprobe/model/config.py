@@ -241,6 +241,12 @@ class ModelConfig:
         data = dict(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
+        if "model_type" in unknown:  # every Hugging Face config.json names its model_type; ours never does
+            raise ConfigError(
+                f"a Hugging Face config.json (model_type {data['model_type']!r}), not a headprobe model "
+                f"config (fields {', '.join(sorted(known))}); give one of ours (a checkpoint's config.json, or a "
+                "preset), or give the Hugging Face model's folder to a command that loads models"
+            )
         if unknown:
             raise ConfigError(f"unknown config fields {unknown}; known fields are {sorted(known)}")
         att_fields = {f.name for f in dataclasses.fields(AttentionConfig)}
@@ -287,7 +293,10 @@ class ModelConfig:
                 f"{path} holds {kind}, expected a JSON object (a model config such as a checkpoint's config.json, "
                 "with its 'swa' and 'full' blocks)"
             )
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -152,7 +152,13 @@ def resolve_wrapper(spec: str, folder: str | Path | None) -> Wrapper:
         fmt = PromptFormat(spec)
         if fmt is PromptFormat.PLAIN or (fmt is PromptFormat.AUTO and not has_chat_template(folder)):
             return PLAIN
-        return chat_wrapper(folder)  # type: ignore[arg-type]
+        if folder is None:
+            raise PromptFormatError(
+                "`prompt_format` chat needs a model's chat template, and no model folder was given: pass "
+                f"`tokenizer` MODEL_DIR (a folder with tokenizer.json and its chat template), or give a wrapper "
+                f"holding {SLOT}"
+            )
+        return chat_wrapper(folder)
     path = Path(spec)
     if SLOT not in spec and len(spec) < 4096 and path.is_file():
         spec = path.read_text(encoding="utf-8")
