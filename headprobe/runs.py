@@ -108,6 +108,13 @@ def repeated_lengths(lengths: Sequence[int]) -> str | None:
     return f"`lengths` lists {', '.join(map(str, twice))} more than once; give each length once" if twice else None
 
 
+def done_earlier(what: str, done: int, total: int) -> str:
+    """The line a rerun logs for work it skips: ``what`` (a model, metric or task at a length) and how much
+    of it (``done`` of ``total`` samples) was finished by an earlier run."""
+    part = "done earlier" if done == total else f"{done} of {total} samples done earlier"
+    return f"{what}: {part}, skipped"
+
+
 def resume_key(**fields: Any) -> dict[str, Any]:
     """A resume key: the values that decide a work item's numbers, in the form they take in JSON (so a
     key read back from a file compares equal to a freshly made one)."""

@@ -95,6 +95,7 @@ def test_analyze_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path, sig):
     took, err = stop(proc, sig)
     assert took < 10, f"took {took:.1f} s to stop"
     assert proc.returncode == 130 and "Traceback" not in err
+    assert f"interrupted: the finished work is kept in {out}; rerun the same command to resume" in err, err
     assert leftovers(out) == [], leftovers(out)
     assert not (out / "tiny" / "entropy.parquet").exists()  # the job's final tables were never half-written
     again = subprocess.run(
@@ -127,10 +128,12 @@ def test_ruler_eval_stops_mid_work_and_a_rerun_resumes(ckpt, tmp_path):
     wait_for(lambda: any(p.stat().st_size for p in predictions.rglob("predictions/*.jsonl")), proc)
     took, err = stop(proc, signal.SIGINT)
     assert took < 10 and proc.returncode == 130 and "Traceback" not in err, err
+    assert f"interrupted: the finished work is kept in {out}; rerun the same command to resume" in err, err
     assert leftovers(out) == [], leftovers(out)
     done = sum(len(p.read_text().splitlines()) for p in predictions.rglob("predictions/*.jsonl"))
     again = subprocess.run([sys.executable, "-m", "headprobe", *args], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
+    assert f"tiny niah_single_1 @ 4,096: {done} of 3 samples done earlier, skipped" in again.stderr, again.stderr
     assert sum(len(p.read_text().splitlines()) for p in predictions.rglob("predictions/*.jsonl")) == 3 > done
 
 

@@ -45,6 +45,7 @@ from headprobe.runs import (
     Progress,
     RunReport,
     Silent,
+    done_earlier,
     job_folder,
     require_fits,
     run_each,
@@ -147,7 +148,7 @@ def plan_items(
     several processes get one item per sample and one for the pooled metrics (whose own passes they
     then repeat), so that the passes spread over them. Each needle sample is an item."""
     items: list[Item] = []
-    done_earlier = []
+    done_before = []
     metrics = s.chosen()
     for length in s.lengths:
 
@@ -171,8 +172,8 @@ def plan_items(
                 items += [DecodeItem(length, m, i) for i in range(s.samples) if todo(m, i)]
         for m in metrics:
             left = sum(u[0] is m for item in items if item.length == length for u in item.units())
-            done_earlier.append((m, length, _units(m, s) - left))
-    return items, done_earlier
+            done_before.append((m, length, _units(m, s) - left))
+    return items, done_before
 
 
 def analyze_checkpoint(
@@ -198,12 +199,10 @@ def analyze_checkpoint(
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     check_inputs(model, name, s, MemoryBudget.of(device, memory_limit))
     keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
-    plan, done_earlier = plan_items(s, keys, parts, ranks.size)  # decided before any part is written
-    for m, length, done in done_earlier:
+    plan, done_before = plan_items(s, keys, parts, ranks.size)  # decided before any part is written
+    for m, length, done in done_before:
         if done:
-            whole = done == _units(m, s)
-            progress.log(f"{name} {m.name} @ {length}: " + ("done earlier, skipped" if whole else
-                         f"{done} of {s.samples} samples done earlier, skipped"))  # fmt: skip
+            progress.log(done_earlier(f"{name} {m.name} @ {length}", done, _units(m, s)))
             progress.advance(done)
     ranks.barrier()  # every process has the same plan before any of them writes a part
 

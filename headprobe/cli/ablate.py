@@ -15,6 +15,7 @@ from headprobe.cli.common import (
     fail,
     gib,
     ints,
+    resumable,
     say_error,
     token_counts,
     words,
@@ -89,7 +90,7 @@ def ablate(
     except (ValueError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     try:
-        with progress_bar("ablate", ctx, enabled=progress) as bar:
+        with resumable(out), progress_bar("ablate", ctx, enabled=progress) as bar:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
     except (FolderBusy, BeyondTrainedError, ValueError, FileNotFoundError) as err:
         raise fail(err, ctx) from None

@@ -14,6 +14,7 @@ from headprobe.cli.common import (
     check_run,
     fail,
     gib,
+    resumable,
     say_error,
     token_counts,
     words,
@@ -79,7 +80,7 @@ def analyze(
         settings.validate()
     except (ValueError, typer.BadParameter) as err:  # bad options or settings
         raise fail(err, ctx) from None
-    with progress_bar("analyze", ctx, enabled=progress) as bar:
+    with resumable(out), progress_bar("analyze", ctx, enabled=progress) as bar:
         try:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
         except (FolderBusy, BeyondTrainedError) as err:  # refused before any model loads

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -35,6 +37,22 @@ def command_flags(ctx: typer.Context | None) -> dict[str, str]:
 def say_error(err: Exception | str, ctx: typer.Context | None) -> None:
     """Print ``err`` in red, settings in backticks shown as the flags of ``ctx``'s command."""
     typer.secho(f"error: {flagify(str(err), command_flags(ctx))}", fg=typer.colors.RED, err=True)
+
+
+def say_interrupted(out: Path) -> None:
+    """The last line of a resumable command that was stopped (Ctrl-C, SIGTERM) or stopped its training."""
+    typer.echo(f"interrupted: the finished work is kept in {out}; rerun the same command to resume", err=True)
+
+
+@contextmanager
+def resumable(out: Path) -> Iterator[None]:
+    """A block of resumable work writing into ``out``: stopped by Ctrl-C or SIGTERM, it says so and how to
+    go on (:func:`say_interrupted`) and ends with exit code 130, as an interrupted command does."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        say_interrupted(out)
+        raise typer.Exit(130) from None
 
 
 def say_warning(message: str, ctx: typer.Context | None) -> None:

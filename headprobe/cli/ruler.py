@@ -17,6 +17,7 @@ from headprobe.cli.common import (
     check_run,
     fail,
     gib,
+    resumable,
     say_error,
     say_warning,
     token_counts,
@@ -143,7 +144,7 @@ def ruler_eval(
         allow_beyond_trained=allow_beyond_trained,
     )
     try:
-        with progress_bar("ruler", ctx, enabled=progress) as bar:
+        with resumable(out), progress_bar("ruler", ctx, enabled=progress) as bar:
             report = evaluate_many(
                 checkpoints,
                 out,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, check_counts, check_run, fail, say_error
+from headprobe.cli.common import DTYPE_HELP, check_counts, check_run, fail, resumable, say_error
 
 
 def shortctx_eval(
@@ -38,7 +38,7 @@ def shortctx_eval(
     settings = ShortCtxSettings(task=task, file=str(file) if file else None, limit=limit, dtype=dtype)
     try:
         settings.validate()  # before the progress bar: a bad setting is the only thing printed
-        with progress_bar("shortctx", ctx, enabled=progress) as bar:
+        with resumable(out), progress_bar("shortctx", ctx, enabled=progress) as bar:
             report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
     except (ShortCtxError, ModelLoadError, FolderBusy, ValueError) as err:
         raise fail(err, ctx) from None

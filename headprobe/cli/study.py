@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import check_counts, fail, ints, wide_console, words
+from headprobe.cli.common import check_counts, fail, ints, resumable, say_interrupted, wide_console, words
 from headprobe.cli.progress import progress_bar
 
 
@@ -41,7 +41,7 @@ def run(
     chosen = words(members) if members else None
     run_list = words(runs) if runs else None
     seed_list = ints(seeds) if seeds else None
-    with progress_bar("study", ctx, enabled=progress, info=True) as bar:
+    with resumable(out), progress_bar("study", ctx, enabled=progress, info=True) as bar:
 
         def log(message: str) -> None:
             bar.log(message)
@@ -58,7 +58,7 @@ def run(
         except (*plugin.errors, StudyError) as err:
             raise fail(err, ctx) from None
     if report.interrupted:
-        typer.echo(f"interrupted: rerun the same command to continue ({out})")
+        say_interrupted(out)
         raise typer.Exit(1)
     console = wide_console()
     for title, frame in report.comparisons.items():

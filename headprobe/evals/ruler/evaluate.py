@@ -45,6 +45,7 @@ from headprobe.runs import (
     RunReport,
     Silent,
     checkpoint_name,
+    done_earlier,
     repeated_lengths,
     require_fits,
     resume_key,
@@ -351,6 +352,10 @@ def evaluate(
     # the work items: each task and length's samples in batches, the same batches however many processes
     chunks = [(task, g[i : i + batch[n]]) for (task, n), g in groups.items() for i in range(0, len(g), batch[n])]
     predicted = functools.cache(lambda task, length: set(store.done(task, length)))  # read once per task, length
+    for (task, length), group in groups.items():
+        done = sum(x["index"] in predicted(task, length) for x in group)
+        if done:
+            progress.log(done_earlier(f"{name} {task} @ {length:,}", done, len(group)))
     progress.start(len(samples), name)
     with ranks.together(CHECKPOINT_ERRORS, RulerError):
         for index, (task, chunk) in enumerate(chunks):
