@@ -46,6 +46,16 @@ def tiny_config(**overrides: Any) -> ModelConfig:
     return ModelConfig(**base)
 
 
+def tiny_checkpoint(path: str | Path, *, seed: int = 0, tokenizer: Any = None, **overrides: Any) -> Path:
+    """Save a random-weight :func:`tiny_config` model (``overrides`` of its config; weights drawn with
+    ``seed``) and ``tokenizer`` (``None``: the byte tokenizer) as a checkpoint folder ``path``; returns it."""
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.transformer import Transformer
+
+    torch.manual_seed(seed)
+    return save_checkpoint(Transformer(tiny_config(**overrides)), path, tokenizer)
+
+
 GRID_RUNS = (("pt", "pt", None), ("cpt", "cpt", None), ("cpt-frozen", "cpt", "attention"))
 
 

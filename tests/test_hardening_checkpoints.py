@@ -14,12 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import Result
+from cli_checks import invoke, one_error
 from safetensors import safe_open
 from safetensors.torch import save_file
-from typer.testing import CliRunner
 
-from headprobe.cli import app
 from headprobe.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
@@ -27,23 +25,6 @@ from headprobe.testing import build_toy_bpe, tiny_config
 from trainer.config import Stage, TrainConfig, TrainError
 from trainer.train import train
 from trainer.train_state import export_step, list_steps
-
-WIDE = {"COLUMNS": "300"}
-
-
-def invoke(*args: str | Path) -> Result:
-    return CliRunner().invoke(app, [str(a) for a in args], env=WIDE)
-
-
-def refused(res: Result, code: int, *says: str) -> str:
-    """Exit ``code``, no traceback, one ``error:`` line that says each of ``says``; returns that line."""
-    assert res.exit_code == code, res.output
-    assert "Traceback" not in res.output and (res.exception is None or isinstance(res.exception, SystemExit))
-    errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, res.output
-    for part in says:
-        assert part in errors[0], (part, errors[0])
-    return errors[0]
 
 
 def sha(file: Path) -> str:
@@ -153,7 +134,7 @@ def test_load_refuses_a_tokenizer_json_added_to_a_byte_checkpoint(tmp_path, bpe_
     assert f"Remove {x / 'tokenizer.json'}" in str(e.value)
 
 
-def test_a_damaged_record_is_refused(tmp_path, bpe_ckpt):
+def test_a_damaged_record_is_one_error(tmp_path, bpe_ckpt):
     x = Path(shutil.copytree(bpe_ckpt, tmp_path / "x"))
     file = x / "model.safetensors"
     with safe_open(str(file), framework="pt") as f:
@@ -186,10 +167,10 @@ def test_analyze_refuses_a_checkpoint_without_its_tokenizer_json(tmp_path, bpe_c
     assert invoke(*args).exit_code == 0  # with its tokenizer: measured
     before = snapshot(out)
     (x / "tokenizer.json").unlink()
-    line = refused(invoke(*args), 1, "x/tokenizer.json is missing", "300 ids", "Restore the tokenizer.json")
+    line = one_error(invoke(*args), 1, "x/tokenizer.json is missing", "300 ids", "Restore the tokenizer.json")
     assert "\n" not in line
     assert snapshot(out) == before  # the earlier results neither replaced nor joined by partial ones
-    refused(invoke(*args[:-1], tmp_path / "fresh"), 1, "x/tokenizer.json is missing")
+    one_error(invoke(*args[:-1], tmp_path / "fresh"), 1, "x/tokenizer.json is missing")
     assert not (tmp_path / "fresh").exists()
 
 
@@ -197,7 +178,7 @@ def test_train_refuses_an_init_without_its_tokenizer_json(tmp_path, bpe_ckpt):
     x = Path(shutil.copytree(bpe_ckpt, tmp_path / "x"))
     (x / "tokenizer.json").unlink()
     args = ("--stage", "cpt", "--init", x, "--steps", "1", "--batch-size", "2", "--seq-len", "32", "--no-progress")
-    line = refused(invoke("train", *args, "--out", tmp_path / "run"), 2, "--init: ", "x/tokenizer.json is missing")
+    line = one_error(invoke("train", *args, "--out", tmp_path / "run"), 2, "--init: ", "x/tokenizer.json is missing")
     assert "Restore the tokenizer.json the checkpoint was saved with. Give --init" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x"]  # no run folder made
 
@@ -241,7 +222,7 @@ def test_export_refuses_a_tokenizer_changed_since_the_step(tmp_path, bpe_run):
     try:
         build_toy_bpe(tok, vocab_size=290)
         res = invoke("train", "export", step, tmp_path / "exported")
-        refused(res, 2, f"{tok} is not the tokenizer {step} was trained with", "Restore that tokenizer.json")
+        one_error(res, 2, f"{tok} is not the tokenizer {step} was trained with", "Restore that tokenizer.json")
         assert not (tmp_path / "exported").exists()
     finally:
         tok.write_bytes(original)
@@ -256,7 +237,7 @@ def test_train_resume_with_another_preset_is_refused_and_changes_nothing(tmp_pat
     assert invoke("train", "--preset", "toy-d16", "--steps", "2", *common).exit_code == 0
     before = snapshot(run)
     res = invoke("train", "--preset", "toy-d32", "--steps", "3", "--resume", *common)
-    line = refused(
+    line = one_error(
         res,
         2,
         f"cannot resume from {run / 'step_000002'}: model settings differ (saved vs now: preset toy-d16 vs toy-d32; ",

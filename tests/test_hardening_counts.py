@@ -10,43 +10,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import Result
-from typer.testing import CliRunner
+from cli_checks import invoke, refused
 
 from headprobe.analysis import AnalyzeSettings
 from headprobe.analysis.settings import AnalysisError
-from headprobe.cli import app
 from headprobe.cli.common import token_counts
 from headprobe.evals.ruler.evaluate import RulerSettings
 from headprobe.evals.ruler.generate import RulerError
-
-WIDE = {"COLUMNS": "300"}
-
-
-def invoke(*args: str | Path) -> Result:
-    return CliRunner().invoke(app, [str(a) for a in args], env=WIDE)
-
-
-def refused(res: Result, *says: str) -> str:
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output and (res.exception is None or isinstance(res.exception, SystemExit))
-    errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, res.output
-    for part in says:
-        assert part in errors[0], (part, errors[0])
-    return errors[0]
+from headprobe.testing import tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory) -> Path:
-    from headprobe.model.checkpoint import save_checkpoint
-    from headprobe.model.transformer import Transformer
-    from headprobe.testing import tiny_config
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("ck") / "tiny"
-    save_checkpoint(Transformer(tiny_config(vocab_size=264, max_seq_len=1024)), path)
-    return path
+    return tiny_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", vocab_size=264, max_seq_len=1024)
 
 
 @pytest.mark.parametrize(

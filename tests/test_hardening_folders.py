@@ -10,25 +10,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from cli_checks import invoke, one_error, refused, snapshot
 from click.testing import Result
+
+from headprobe.testing import tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> tuple[Path, Path]:
     """Two different tiny models saved under the same folder name, ``tiny``."""
-    from headprobe.model.checkpoint import save_checkpoint
-    from headprobe.model.transformer import Transformer
-    from headprobe.testing import tiny_config
-
-    paths = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        path = tmp_path_factory.mktemp(f"m{seed}") / "tiny"
-        save_checkpoint(Transformer(tiny_config(vocab_size=264, max_seq_len=1024)), path)
-        paths.append(path)
-    return paths[0], paths[1]
+    first, second = (
+        tiny_checkpoint(tmp_path_factory.mktemp(f"m{seed}") / "tiny", seed=seed, vocab_size=264, max_seq_len=1024)
+        for seed in (0, 1)
+    )
+    return first, second
 
 
 def analyze(ckpt: Path, out: Path, *extra: str) -> Result:

@@ -9,27 +9,19 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from cli_checks import invoke, refused, run_command
 from tokenizers import Tokenizer
 
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
-from headprobe.testing import build_toy_bpe
+from headprobe.testing import build_toy_bpe, tiny_checkpoint
 
 
 @pytest.fixture(scope="module")
 def bpe_model(tmp_path_factory) -> Path:
     """A tiny model of ours with a 300-id BPE tokenizer."""
-    from headprobe.model.checkpoint import save_checkpoint
-    from headprobe.model.transformer import Transformer
-    from headprobe.testing import tiny_config
-
     root = tmp_path_factory.mktemp("bpe")
     tok = HFTokenizer(build_toy_bpe(root / "tok.json"))
-    torch.manual_seed(0)
-    path = root / "tiny-bpe"
-    save_checkpoint(Transformer(tiny_config(vocab_size=304, max_seq_len=2048)), path, tok)
-    return path
+    return tiny_checkpoint(root / "tiny-bpe", tokenizer=tok, vocab_size=304, max_seq_len=2048)
 
 
 def test_a_tokenizer_fingerprint_is_its_vocabulary_not_its_file(tmp_path):
@@ -83,14 +75,7 @@ def test_ruler_eval_measures_data_that_records_no_tokenizer(tmp_path, bpe_model)
 
 @pytest.fixture(scope="module")
 def byte_model(tmp_path_factory) -> Path:
-    from headprobe.model.checkpoint import save_checkpoint
-    from headprobe.model.transformer import Transformer
-    from headprobe.testing import tiny_config
-
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("byte") / "tiny"
-    save_checkpoint(Transformer(tiny_config(vocab_size=264, max_seq_len=1024)), path)
-    return path
+    return tiny_checkpoint(tmp_path_factory.mktemp("byte") / "tiny", vocab_size=264, max_seq_len=1024)
 
 
 def test_a_path_of_the_wrong_kind_is_called_what_it_is(tmp_path, byte_model):
