@@ -24,10 +24,11 @@ $(STAMP): pyproject.toml
 	fi
 	@$(BIN)/python -c "import torch" 2>/dev/null || \
 	  $(BIN)/pip install --disable-pip-version-check $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(BIN)/pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
+	$(BIN)/pip install --disable-pip-version-check -q -e ".$(if $(EXTRAS),[$(EXTRAS)])"
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo:  # the package alone (no triton, lm-eval, playwright ...: the demo needs none of them)
+	$(MAKE) setup EXTRAS=
 	$(BIN)/headprobe demo
 
 real-demo:  # a real pretrained model through every analysis: SmolLM2-135M-Instruct, a 93 MB GGUF from PyPI (docs/real-models.md)

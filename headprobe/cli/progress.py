@@ -21,9 +21,12 @@ class RichProgress:
     def __init__(self, bar: Progress, flags: dict[str, str]) -> None:
         self.bar, self.flags = bar, flags
         self.task = bar.add_task("", total=None, what="")
+        self.total: int | None = None
 
     def start(self, total: int, description: str = "") -> None:
-        self.bar.update(self.task, total=total, completed=0, what=description)
+        """A new phase: the bar's count, elapsed time and rate (hence its ETA) start again."""
+        self.total = total
+        self.bar.reset(self.task, total=total, completed=0, what=description)
 
     def advance(self, n: int = 1) -> None:
         self.bar.advance(self.task, n)
@@ -32,7 +35,11 @@ class RichProgress:
         self.bar.update(self.task, what=description)
 
     def report(self, done: int, total: int, info: str) -> None:
-        """A callback form for code that reports ``(done, total, status)`` (the trainer's loops)."""
+        """A callback form for code that reports ``(done, total, status)`` (the trainer's loops); another
+        total than the bar's begins a new phase (:meth:`start`)."""
+        if total != self.total:
+            self.total = total
+            self.bar.reset(self.task, total=total, completed=done)
         self.bar.update(self.task, completed=done, total=total, info=info)
 
     def log(self, message: str) -> None:
@@ -52,7 +59,11 @@ def _clock(seconds: float) -> str:
 class LineProgress:
     """Progress for logs (stderr not a terminal, e.g. a cluster job's ``> log 2>&1``): one plain line at most
     every :data:`LINE_EVERY` seconds and at the end, with the count, the share done, the elapsed time, an
-    ETA and the latest description and status (a training step's loss and tokens/s)."""
+    ETA and the latest description and status (a training step's loss and tokens/s).
+
+    The ETA is the current phase's: each :meth:`start` (and each :meth:`report` of another total) begins a
+    phase, and its rate counts only the time and work since then (a study's probes are not timed by its
+    training's rate)."""
 
     def __init__(self, title: str, flags: dict[str, str], every: float | None = None) -> None:
         self.title, self.flags = title, flags
@@ -60,7 +71,12 @@ class LineProgress:
         self.total: int | None = None
         self.done, self.what, self.info = 0, "", ""
         self.t0 = self.last = time.monotonic()
+        self.phase_t0, self.phase_done0 = self.t0, 0
         self.printed = -1
+
+    def _phase(self, done: int) -> None:
+        """A new phase begins now, ``done`` of its units already done."""
+        self.phase_t0, self.phase_done0 = time.monotonic(), done
 
     def _line(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -73,7 +89,8 @@ class LineProgress:
         parts = [f"[{self.title}]"]
         if self.total:
             parts.append(f"{self.done:,}/{self.total:,} ({100 * self.done / self.total:.0f}%)")
-            eta = elapsed / self.done * (self.total - self.done) if self.done else None
+            rate_done, rate_time = self.done - self.phase_done0, now - self.phase_t0
+            eta = rate_time / rate_done * (self.total - self.done) if rate_done > 0 else None
             parts.append(f"{_clock(elapsed)} elapsed" + (f", ETA {_clock(eta)}" if eta is not None else ""))
         else:
             parts.append(f"{self.done:,} done, {_clock(elapsed)} elapsed")
@@ -82,6 +99,7 @@ class LineProgress:
 
     def start(self, total: int, description: str = "") -> None:
         self.total, self.done, self.what = total, 0, description
+        self._phase(0)
 
     def advance(self, n: int = 1) -> None:
         if not n:  # nothing done (e.g. no other process's share): no line repeating the last count
@@ -93,6 +111,8 @@ class LineProgress:
         self.what = description
 
     def report(self, done: int, total: int, info: str) -> None:
+        if total != self.total or done < self.done:  # another loop's count: a new phase
+            self._phase(done)
         self.done, self.total, self.info = done, total, info
         self._line(force=done == total)
 

@@ -1,0 +1,56 @@
+"""The progress line's ETA is the current phase's: a study's probes are not timed by the rate of the
+training before them (it said ``ETA 52h49m`` at the first of 80 probes after 40 minutes of training)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from headprobe.cli import progress as progress_mod
+from headprobe.cli.progress import LineProgress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def eta_of(line: str) -> str | None:
+    found = re.search(r"ETA (\S+)", line)
+    return None if found is None else found.group(1)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(progress_mod.time, "monotonic", clock)
+    return clock
+
+
+def test_each_phase_has_its_own_eta(clock, capsys):
+    line = LineProgress("study", {}, every=0.0)
+    line.report(0, 800, "training")
+    clock.now += 2400  # 40 minutes of training: 800 steps at 3 s
+    line.report(800, 800, "loss 0.1")
+    line.start(80, "probes")
+    clock.now += 10  # the first of 80 probes took 10 s: 79 more take 13 min 10 s
+    line.advance()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "1/80 (1%)" in lines[-1] and eta_of(lines[-1]) == "13m10s", lines[-1]
+    assert "40m10s elapsed" in lines[-1]  # the elapsed time is the run's
+
+
+def test_a_report_of_another_total_is_a_new_phase(clock, capsys):
+    line = LineProgress("grid", {}, every=0.0)
+    line.report(0, 100, "")
+    clock.now += 100
+    line.report(50, 100, "")  # 2 s a step: 50 more take 100 s
+    assert eta_of(capsys.readouterr().err.splitlines()[-1]) == "1m40s"
+    line.report(10, 20, "")  # another loop (e.g. a continued stage) starting with 10 of 20 done
+    clock.now += 30
+    line.report(13, 20, "")  # 3 in 30 s since it began: 7 more take 70 s
+    assert eta_of(capsys.readouterr().err.splitlines()[-1]) == "1m10s"
