@@ -50,7 +50,8 @@ def test_a_report_of_another_total_is_a_new_phase(clock, capsys):
     clock.now += 100
     line.report(50, 100, "")  # 2 s a step: 50 more take 100 s
     assert eta_of(capsys.readouterr().err.splitlines()[-1]) == "1m40s"
-    line.report(10, 20, "")  # another loop (e.g. a continued stage) starting with 10 of 20 done
-    clock.now += 30
-    line.report(13, 20, "")  # 3 in 30 s since it began: 7 more take 70 s
-    assert eta_of(capsys.readouterr().err.splitlines()[-1]) == "1m10s"
+    clock.now += 10
+    line.report(10, 20, "")  # another loop (a resumed stage): 9 of its steps were done earlier, 1 in 10 s
+    clock.now += 20
+    line.report(13, 20, "")  # 4 in 30 s since it began: 7 more take 52 s
+    assert eta_of(capsys.readouterr().err.splitlines()[-1]) == "0m52s"

@@ -61,9 +61,10 @@ class LineProgress:
     every :data:`LINE_EVERY` seconds and at the end, with the count, the share done, the elapsed time, an
     ETA and the latest description and status (a training step's loss and tokens/s).
 
-    The ETA is the current phase's: each :meth:`start` (and each :meth:`report` of another total) begins a
-    phase, and its rate counts only the time and work since then (a study's probes are not timed by its
-    training's rate)."""
+    The ETA is the current phase's: each :meth:`start` begins a phase, as does a :meth:`report` of another
+    total (its first unit taken to have begun at the previous event, so a resumed loop's earlier work does
+    not count), and its rate counts only the time and work since then (a study's probes are not timed by
+    its training's rate)."""
 
     def __init__(self, title: str, flags: dict[str, str], every: float | None = None) -> None:
         self.title, self.flags = title, flags
@@ -72,11 +73,12 @@ class LineProgress:
         self.done, self.what, self.info = 0, "", ""
         self.t0 = self.last = time.monotonic()
         self.phase_t0, self.phase_done0 = self.t0, 0
+        self.event = self.t0  # the time of the last start, advance or report
         self.printed = -1
 
-    def _phase(self, done: int) -> None:
-        """A new phase begins now, ``done`` of its units already done."""
-        self.phase_t0, self.phase_done0 = time.monotonic(), done
+    def _phase(self, done: int, since: float | None = None) -> None:
+        """A new phase began at ``since`` (default: now), ``done`` of its units already done then."""
+        self.phase_t0, self.phase_done0 = time.monotonic() if since is None else since, done
 
     def _line(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -100,19 +102,23 @@ class LineProgress:
     def start(self, total: int, description: str = "") -> None:
         self.total, self.done, self.what = total, 0, description
         self._phase(0)
+        self.event = self.phase_t0
 
     def advance(self, n: int = 1) -> None:
         if not n:  # nothing done (e.g. no other process's share): no line repeating the last count
             return
         self.done += n
+        self.event = time.monotonic()
         self._line()
 
     def describe(self, description: str) -> None:
         self.what = description
 
     def report(self, done: int, total: int, info: str) -> None:
-        if total != self.total or done < self.done:  # another loop's count: a new phase
-            self._phase(done)
+        if total != self.total or done < self.done:
+            # another loop's count: a new phase, whose first unit (reported now) began at the last event
+            self._phase(max(done - 1, 0), since=self.event)
+        self.event = time.monotonic()
         self.done, self.total, self.info = done, total, info
         self._line(force=done == total)
 
