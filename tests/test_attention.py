@@ -169,7 +169,8 @@ def test_sdpa_refuses_its_quadratic_math_fallback(monkeypatch):
     from torch.nn.attention import SDPBackend
 
     monkeypatch.setattr(attn_mod, "_FUSED_SDPA_CPU", [SDPBackend.EFFICIENT_ATTENTION])  # CUDA-only kernel
-    q, k, v, window = make("window")
+    q, k, v = (torch.randn(2, 2, 80, 16) for _ in range(3))
+    window = attn_mod.LOCAL_MAX_WINDOW + 8  # wider than local blocks take: SDPA's blocks
     with pytest.raises(AttentionBackendError, match=r"math fallback would build the full L x L.*flex"):
         attention(q, k, v, window=window, backend="sdpa")
 
@@ -391,3 +392,25 @@ def test_cuda_backend_matches_reference(backend, dtype, case):
     (out * w.to(out)).sum().backward()
     for got, want in ((q, qd), (k, kd), (v, vd)):
         torch.testing.assert_close(got.grad.double().cpu(), want.grad, atol=5 * tol, rtol=5 * tol)
+
+
+@pytest.mark.parametrize("window", [1, 2, 8, 17, attn_mod.LOCAL_MAX_WINDOW])
+@pytest.mark.parametrize("length", [attn_mod.LOCAL_MAX_WINDOW + 1, 100, 257])
+def test_narrow_windows_over_a_sequence_run_as_local_blocks(monkeypatch, window, length):
+    """Windows up to LOCAL_MAX_WINDOW over a whole sequence take the local-block path (no SDPA call) and equal
+    the dense float64 attention of tests/reference.py, values and gradients, with grouped-query heads, qk != v
+    and queries transposed from the model's [batch, seq, heads, dim] layout (not contiguous)."""
+    calls = []
+    monkeypatch.setattr(attn_mod.F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1))
+    q = torch.randn(2, length, 6, 12, dtype=torch.float64).transpose(1, 2).requires_grad_(True)
+    k = torch.randn(2, 2, length, 12, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 2, length, 20, dtype=torch.float64, requires_grad=True)
+    out = attention(q, k, v, window=window, scale=0.3, backend="sdpa")
+    want = dense_attention(q, k, v, window, 0.3)
+    assert calls == [] and out.shape == want.shape
+    torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+    w = torch.randn_like(want)
+    got = torch.autograd.grad((out * w).sum(), (q, k, v))
+    ref = torch.autograd.grad((want * w).sum(), (q, k, v))
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
