@@ -397,20 +397,31 @@ def test_cuda_backend_matches_reference(backend, dtype, case):
 @pytest.mark.parametrize("window", [1, 2, 8, 17, attn_mod.LOCAL_MAX_WINDOW])
 @pytest.mark.parametrize("length", [attn_mod.LOCAL_MAX_WINDOW + 1, 100, 257])
 def test_narrow_windows_over_a_sequence_run_as_local_blocks(monkeypatch, window, length):
-    """Windows up to LOCAL_MAX_WINDOW over a whole sequence take the local-block path (no SDPA call) and equal
-    the dense float64 attention of tests/reference.py, values and gradients, with grouped-query heads, qk != v
-    and queries transposed from the model's [batch, seq, heads, dim] layout (not contiguous)."""
-    calls = []
-    monkeypatch.setattr(attn_mod.F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1))
+    """Without gradients, windows up to LOCAL_MAX_WINDOW over a whole sequence take the local-block path (no
+    SDPA call); local blocks equal the dense float64 attention of tests/reference.py, values and gradients,
+    with grouped-query heads, qk != v and queries transposed from the model's [batch, seq, heads, dim]
+    layout (not contiguous). With gradients (training) SDPA's kernel runs, as before local blocks."""
+    real, calls = attn_mod.F.scaled_dot_product_attention, []
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(attn_mod.F, "scaled_dot_product_attention", spy)
     q = torch.randn(2, length, 6, 12, dtype=torch.float64).transpose(1, 2).requires_grad_(True)
     k = torch.randn(2, 2, length, 12, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 2, length, 20, dtype=torch.float64, requires_grad=True)
-    out = attention(q, k, v, window=window, scale=0.3, backend="sdpa")
     want = dense_attention(q, k, v, window, 0.3)
+    with torch.no_grad():
+        out = attention(q, k, v, window=window, scale=0.3, backend="sdpa")
     assert calls == [] and out.shape == want.shape
     torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+    trained = attention(q, k, v, window=window, scale=0.3, backend="sdpa")
+    assert calls, "training must keep SDPA's kernel"
+    torch.testing.assert_close(trained, want, atol=1e-10, rtol=0)
     w = torch.randn_like(want)
-    got = torch.autograd.grad((out * w).sum(), (q, k, v))
+    local = attn_mod.local_blocks(q, k, v, attn_mod.CausalMask(window), 0.3)
+    got = torch.autograd.grad((local * w).sum(), (q, k, v))
     ref = torch.autograd.grad((want * w).sum(), (q, k, v))
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)

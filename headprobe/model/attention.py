@@ -16,7 +16,7 @@ Backends (all compute the same function; tests hold each to ``reference``):
 reference   dense math in the input dtype (float64 works); builds ``q_len x k_len``: tests only
 sdpa        PyTorch SDPA. Sliding windows run query blocks against their key band (memory grows as
             ``L * window``, never ``L^2``); windows of at most ``LOCAL_MAX_WINDOW`` (32) keys over a whole
-            sequence run as local blocks in plain batched matmuls instead (:func:`local_blocks`). On
+            sequence, without gradients, run as local blocks in batched matmuls (:func:`local_blocks`). On
             CPU, whose fused kernel needs ``qk_dim == v_dim``, ``v`` is zero-padded/split into
             ``qk_dim``-wide chunks so the fused kernel still runs.
             Grouped-query calls after a cache (decode steps) fold each kv head's query heads into
@@ -164,7 +164,8 @@ class SdpaBackend:
 
     * full causal, ``q_len == k_len``: one call with ``is_causal=True`` (fused kernels tile it);
     * ``q_len == 1``: one call without a mask against the keys the query can see;
-    * a window of at most ``LOCAL_MAX_WINDOW`` keys over a whole sequence: :func:`local_blocks`;
+    * a window of at most ``LOCAL_MAX_WINDOW`` keys over a whole sequence, without gradients:
+      :func:`local_blocks` (:func:`local_applies`);
     * otherwise (wider sliding windows, or a query block after a cache): query blocks of ``block_q`` rows,
       each against only the keys some row of the block can see, with a ``block_q x band`` mask.
 
@@ -189,7 +190,7 @@ class SdpaBackend:
         """``q: [B, heads, q_len, qk_dim]``, ``k: [B, kv_heads, k_len, qk_dim]``,
         ``v: [B, kv_heads, k_len, v_dim]`` -> ``[B, heads, q_len, v_dim]``."""
         h = q.shape[1]
-        if q.shape[2] == k.shape[2] and mask.window is not None and mask.window <= LOCAL_MAX_WINDOW < k.shape[2]:
+        if local_applies(q, k, v, mask):
             return local_blocks(q, k, v, mask, scale)
         if q.shape[2] == k.shape[2] and mask.covers(k.shape[2]):
             # the one is_causal call over a whole sequence cannot fold groups into rows (its mask is by row)
@@ -243,6 +244,16 @@ class SdpaBackend:
 
 LOCAL_MAX_WINDOW = 32  # windows up to this many keys over a whole sequence run as local blocks (see below)
 LOCAL_MIN_BLOCK = 16
+
+
+def local_applies(q: Tensor, k: Tensor, v: Tensor, mask: CausalMask) -> bool:
+    """Whether :meth:`SdpaBackend.__call__` runs :func:`local_blocks`: a window of at most ``LOCAL_MAX_WINDOW``
+    keys over a whole sequence, without gradients. Training keeps SDPA's kernel: a model's training is
+    sensitive to float rounding (whether a toy seed learns to retrieve depends on it, docs/training.md),
+    and the toys' step gains only 1-2% (docs/benchmarks.md), so trained runs keep their numbers."""
+    if q.shape[2] != k.shape[2] or mask.window is None or not mask.window <= LOCAL_MAX_WINDOW < k.shape[2]:
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)))
 
 
 def local_blocks(q: Tensor, k: Tensor, v: Tensor, mask: CausalMask, scale: float) -> Tensor:
