@@ -40,6 +40,9 @@ def _load_init(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokeniz
     try:
         return load_checkpoint(cfg.init, dtype=torch.float32)  # type: ignore[arg-type]
     except CheckpointError as err:
+        folder = Path(cfg.init)  # type: ignore[arg-type]
+        if (folder / CONFIG_FILE).is_file() and (folder / WEIGHTS_FILE).is_file():  # a checkpoint, damaged: its fix
+            raise TrainError(f"`init`: {err}") from None
         raise TrainError(
             f"`init`: {str(err).rstrip('.')}. Give `init` a checkpoint folder ({CONFIG_FILE} and {WEIGHTS_FILE}), "
             "e.g. the final/ folder of a pt run's `out`"
