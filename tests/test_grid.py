@@ -126,7 +126,15 @@ def test_parallel_chains_train_exactly_what_one_process_trains(tmp_path):
     recipe = write(tmp_path, {**RECIPE, "runs": {k: RECIPE["runs"][k] for k in ("pt", "cpt")}})
     one_thread = {**TINY, "threads": 1}
     serial = run_grid(recipe, tmp_path / "serial", ["d16"], overrides=one_thread, log=lambda _: None)
-    parallel = run_grid(recipe, tmp_path / "parallel", ["d16"], overrides=one_thread, log=lambda _: None, jobs=2)
+    counts: list[tuple[int, int]] = []
+
+    def told(done: int, total: int, _status: str) -> None:
+        counts.append((done, total))
+
+    parallel = run_grid(recipe, tmp_path / "parallel", ["d16"], overrides={**one_thread, "progress": True},
+                        log=lambda _: None, jobs=2, on_step=told)  # fmt: skip
+    # all chains' steps as one count: 2 seeds x (pt, cpt) x 2 steps, each step told once, in order
+    assert [done for done, _ in counts] == list(range(1, 9)) and {total for _, total in counts} == {8}
     key = lambda r: (r["member"], r["seed"], r["run"])  # noqa: E731
     assert sorted(map(key, parallel["runs"])) == sorted(map(key, serial["runs"])) and len(serial["runs"]) == 4
     for a in serial["runs"]:

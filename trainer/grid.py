@@ -35,6 +35,7 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -227,9 +228,35 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
                 os.kill(process.pid, signal.SIGTERM)
 
 
+_STEPS: Any = None  # in a parallel grid's worker: the queue its runs' steps go to (``(run folder, step, total)``)
+
+
+def _init_worker(steps: Any) -> None:
+    global _STEPS
+    _STEPS = steps
+
+
+def _train_reporting(cfg: TrainConfig) -> TrainResult:
+    """:func:`trainer.train.train`, each step told to the grid's process (:func:`_relay`)."""
+    if _STEPS is None:
+        return train(cfg)
+    return train(cfg, lambda step, total, _info: _STEPS.put((cfg.out, step, total)))
+
+
 def _chain_worker(args: tuple) -> tuple[list[dict[str, Any]], bool]:
     """A process of a parallel grid: one chain, logging to its own stdout (flushed: lines show as they come)."""
-    return _run_chain(*args, log=lambda message: print(message, flush=True))
+    return _run_chain(*args, run_stage=_train_reporting, log=lambda message: print(message, flush=True))
+
+
+def _relay(steps: Any, planned: dict[str, int], on_step: Callable[[int, int, str], None]) -> None:
+    """In the grid's process, while its workers train: one count over every run still to train (``planned``:
+    run folder -> its steps), ``on_step(steps done, steps in all, status)`` after each step of any worker, so
+    that the phase's progress and ETA cover all chains at once. Ends at a ``None``."""
+    done: dict[str, int] = {}
+    while (item := steps.get()) is not None:
+        folder, step, total = item
+        done[folder], planned[folder] = step, total  # the run's own count (a resumed run starts past 0)
+        on_step(sum(done.values()), sum(planned.values()), f"{len(planned)} runs, {len(done)} started")
 
 
 def run_grid(
@@ -243,13 +270,15 @@ def run_grid(
     run_stage: Callable[[TrainConfig], TrainResult] = train,
     log: Callable[[str], None] = print,
     jobs: int = 1,
+    on_step: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) the grid; returns the manifest (with ``"interrupted": True`` when a run was).
 
     ``stages`` names runs of the recipe (their ``from`` runs are done first); ``seeds`` replaces the
     recipe's; ``overrides`` apply to every run. ``jobs`` > 1 trains that many member x seed chains at
     once, each in its own process (CPU grids: give each run ``threads``; ``run_stage`` is then
-    :func:`trainer.train.train` and progress is the processes' log lines). Under ``torchrun`` every
+    :func:`trainer.train.train`, and ``on_step(done, total, status)`` follows the steps of all chains as one
+    count, besides the processes' log lines). Under ``torchrun`` every
     process walks the same plan (each run is a collective training run); only the main process logs and
     writes the manifest.
     """
@@ -274,9 +303,21 @@ def run_grid(
     interrupted = False
     if jobs > 1 and len(chains) > 1:
         work = [(plan, runs, member, seed, order, overrides) for seed, member in chains]
+        context = multiprocessing.get_context("spawn")
+        steps = context.Queue() if on_step is not None else None
+        relay = None
+        if steps is not None:
+            planned = {  # the steps of every run still to train (a run given in tokens counts once it starts)
+                str(folder): _run_config(member, seed, plan.runs[name], folder, None, overrides).steps or 0
+                for seed, member in chains
+                for name in order
+                if not is_finished(folder := run_dir(runs, member, seed, name))
+            }
+            relay = threading.Thread(target=_relay, args=(steps, planned, on_step), daemon=True)
+            relay.start()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers save and stop on Ctrl-C
         try:
-            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(steps,)) as pool:
                 CLEANUPS[id(pool)] = lambda: _stop_workers(pool)  # even if this process is ended outright
                 try:
                     for entries, stopped in pool.map(_chain_worker, work):
@@ -290,6 +331,9 @@ def run_grid(
                     CLEANUPS.pop(id(pool), None)
         finally:
             signal.signal(signal.SIGINT, previous)
+            if steps is not None and relay is not None:
+                steps.put(None)  # the relay ends, after the last step it was told of
+                relay.join(timeout=10)
     else:
         for seed, member in chains:
             entries, interrupted = _run_chain(plan, runs, member, seed, order, overrides, run_stage, log)

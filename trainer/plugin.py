@@ -64,14 +64,17 @@ class TrainerPlugin:
         jobs: int = 1,
     ) -> dict[str, Any]:
         """Train a recipe's grid (:func:`trainer.grid.run_grid`); returns the manifest. ``on_step(step,
-        total, info)`` follows each run's steps (a progress bar; with ``jobs`` > 1 the processes log)."""
+        total, info)`` follows each run's steps (a progress bar), with ``jobs`` > 1 all chains' steps as one
+        count (the processes also log)."""
         from trainer.grid import run_grid
         from trainer.train import train
 
         def stage(cfg: TrainConfig) -> TrainResult:
             return train(cfg, on_step)
 
-        return run_grid(recipe, out, members, runs, seeds, profile, overrides, run_stage=stage, log=log, jobs=jobs)
+        return run_grid(
+            recipe, out, members, runs, seeds, profile, overrides, run_stage=stage, log=log, jobs=jobs, on_step=on_step
+        )
 
     def recipe(self, recipe: str, profile: str | None = None) -> dict[str, Any]:
         """A recipe with its profile applied: ``scale``, ``seeds``, ``runs`` (settings by run), ``source``
