@@ -37,7 +37,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -259,6 +259,32 @@ def _relay(steps: Any, planned: dict[str, int], on_step: Callable[[int, int, str
         on_step(sum(done.values()), sum(planned.values()), f"{len(planned)} runs, {len(done)} started")
 
 
+@contextlib.contextmanager
+def _step_relay(
+    context: Any, plan: Recipe, runs: Path, chains: list[tuple[int, str]], order: list[str],
+    overrides: dict[str, Any] | None, on_step: Callable[[int, int, str], None] | None,
+) -> Iterator[Any]:  # fmt: skip
+    """The queue a parallel grid's workers tell their steps to, relayed to ``on_step`` as one count over every
+    run still to train (:func:`_relay`) until the block ends; ``None`` without ``on_step``."""
+    if on_step is None:
+        yield None
+        return
+    planned = {  # the steps of every run still to train (a run given in tokens counts once it starts)
+        str(folder): _run_config(member, seed, plan.runs[name], folder, None, overrides).steps or 0
+        for seed, member in chains
+        for name in order
+        if not is_finished(folder := run_dir(runs, member, seed, name))
+    }
+    steps = context.Queue()
+    relay = threading.Thread(target=_relay, args=(steps, planned, on_step), daemon=True)
+    relay.start()
+    try:
+        yield steps
+    finally:
+        steps.put(None)  # the relay ends, after the last step it was told of
+        relay.join(timeout=10)
+
+
 def run_grid(
     recipe: str | Path | Recipe,
     runs: str | Path,
@@ -304,20 +330,12 @@ def run_grid(
     if jobs > 1 and len(chains) > 1:
         work = [(plan, runs, member, seed, order, overrides) for seed, member in chains]
         context = multiprocessing.get_context("spawn")
-        steps = context.Queue() if on_step is not None else None
-        relay = None
-        if steps is not None:
-            planned = {  # the steps of every run still to train (a run given in tokens counts once it starts)
-                str(folder): _run_config(member, seed, plan.runs[name], folder, None, overrides).steps or 0
-                for seed, member in chains
-                for name in order
-                if not is_finished(folder := run_dir(runs, member, seed, name))
-            }
-            relay = threading.Thread(target=_relay, args=(steps, planned, on_step), daemon=True)
-            relay.start()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers save and stop on Ctrl-C
         try:
-            with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(steps,)) as pool:
+            with (
+                _step_relay(context, plan, runs, chains, order, overrides, on_step) as steps,
+                ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker, initargs=(steps,)) as pool,
+            ):
                 CLEANUPS[id(pool)] = lambda: _stop_workers(pool)  # even if this process is ended outright
                 try:
                     for entries, stopped in pool.map(_chain_worker, work):
@@ -331,9 +349,6 @@ def run_grid(
                     CLEANUPS.pop(id(pool), None)
         finally:
             signal.signal(signal.SIGINT, previous)
-            if steps is not None and relay is not None:
-                steps.put(None)  # the relay ends, after the last step it was told of
-                relay.join(timeout=10)
     else:
         for seed, member in chains:
             entries, interrupted = _run_chain(plan, runs, member, seed, order, overrides, run_stage, log)
