@@ -133,6 +133,9 @@ class _App(typer.Typer):
         install_interrupts()
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
+        except KeyboardInterrupt:  # one outside click's own handling (typer building the command): the same end
+            run_cleanups()
+            raise SystemExit(130) from None
         except Exception as err:
             if _App.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
                 run_cleanups()
