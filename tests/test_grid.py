@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,21 @@ def test_parallel_chains_train_exactly_what_one_process_trains(tmp_path):
         b = next(r for r in parallel["runs"] if key(r) == key(a))
         wa, wb = (load_file(Path(r["checkpoint"]) / "model.safetensors") for r in (a, b))
         assert all(torch.equal(wa[n], wb[n]) for n in wa) and a["final_loss"] == b["final_loss"]
+
+
+def test_a_parallel_grid_starts_every_chains_long_run_before_the_short_runs_that_follow(tmp_path, capfd):
+    """Runs, not whole chains, are what the processes take: with three chains on two processes the third
+    chain's pt starts before any cpt (its longer work ahead goes first), and each cpt once its own pt is done.
+    A scheduler of whole chains would leave one process idle while the third chain trains alone."""
+    recipe = write(tmp_path, {**RECIPE, "seeds": [0, 1, 2], "runs": {k: RECIPE["runs"][k] for k in ("pt", "cpt")}})
+    tiny = {**TINY, "threads": 1}
+    manifest = run_grid(recipe, tmp_path / "runs", ["d16"], overrides=tiny, log=lambda _: None, jobs=2)
+    started = [(int(m[1]), m[2]) for m in re.finditer(r"seed (\d) (\w+): training into", capfd.readouterr().out)]
+    assert sorted(started) == [(s, r) for s in (0, 1, 2) for r in ("cpt", "pt")], started
+    first_cpt = min(i for i, (_, run) in enumerate(started) if run == "cpt")
+    assert started.index((2, "pt")) < first_cpt, started
+    done = [(r["seed"], r["run"]) for r in manifest["runs"]]
+    assert done == [(s, r) for s in (0, 1, 2) for r in ("pt", "cpt")]  # the manifest in chain and recipe order
+    for seed in (0, 1, 2):  # each cpt started from its own chain's pt
+        chain = tmp_path / "runs" / "toy-d16" / f"s{seed}"
+        assert json.loads((chain / "cpt" / "train_config.json").read_text())["init"] == str(chain / "pt" / "final")

@@ -38,7 +38,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -285,6 +285,51 @@ def _step_relay(
         relay.join(timeout=10)
 
 
+def _estimated_tokens(settings: dict[str, Any], overrides: dict[str, Any] | None) -> int:
+    """A run's size for scheduling: its tokens, or steps x batch x sequence length (1 where not given)."""
+    settings = {**settings}
+    _replace_length(settings, dict(overrides or {}))
+    if settings.get("tokens"):
+        return int(settings["tokens"])
+    return int(settings.get("steps") or 1) * int(settings.get("batch_size") or 1) * int(settings.get("seq_len") or 1)
+
+
+def _run_parallel(
+    pool: ProcessPoolExecutor, jobs: int, plan: Recipe, runs: Path, chains: list[tuple[int, str]], order: list[str],
+    overrides: dict[str, Any] | None, record: Callable[[list[dict[str, Any]]], None],
+) -> bool:  # fmt: skip
+    """Every run of every chain as its own task on ``pool``'s ``jobs`` processes: a run starts once the run it
+    starts ``from`` has finished, and of the runs ready the one with the longest estimated work still ahead in
+    its chain goes first (so the long pt runs of all chains start before the short runs that follow them, and
+    those fill the processes while the last pt runs train: no process idles while a run could start). Each
+    run trains alone in its process, exactly as in one process. Returns whether a run was interrupted (then
+    no further run starts; the running ones finish or save)."""
+    ahead: dict[str, int] = {}  # a run's tokens plus the longest chain of runs that start from it
+    for name in reversed(order):
+        later = [ahead[n] for n in order if plan.runs[n].get("from") == name]
+        ahead[name] = _estimated_tokens(plan.runs[name], overrides) + max(later, default=0)
+    waiting = [(chain, name) for chain in range(len(chains)) for name in order]
+    finished: set[tuple[int, str]] = set()
+    running: dict[Future, tuple[int, str]] = {}
+    interrupted = False
+    while running or (waiting and not interrupted):
+        ready = [t for t in waiting if plan.runs[t[1]].get("from") in (None, *[n for c, n in finished if c == t[0]])]
+        ready.sort(key=lambda t: (-ahead[t[1]], t[0], order.index(t[1])))
+        for chain, name in ready[: 0 if interrupted else jobs - len(running)]:
+            seed, member = chains[chain]
+            waiting.remove((chain, name))
+            running[pool.submit(_chain_worker, (plan, runs, member, seed, [name], overrides))] = (chain, name)
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            task = running.pop(future)
+            entries, stopped = future.result()
+            record(entries)
+            interrupted |= stopped
+            if not stopped:
+                finished.add(task)
+    return interrupted
+
+
 def run_grid(
     recipe: str | Path | Recipe,
     runs: str | Path,
@@ -301,8 +346,9 @@ def run_grid(
     """Run (or continue) the grid; returns the manifest (with ``"interrupted": True`` when a run was).
 
     ``stages`` names runs of the recipe (their ``from`` runs are done first); ``seeds`` replaces the
-    recipe's; ``overrides`` apply to every run. ``jobs`` > 1 trains that many member x seed chains at
-    once, each in its own process (CPU grids: give each run ``threads``; ``run_stage`` is then
+    recipe's; ``overrides`` apply to every run. ``jobs`` > 1 trains that many runs at once, each in its
+    own process, a run as soon as the run it starts from is finished (:func:`_run_parallel`; CPU grids:
+    give each run ``threads``; ``run_stage`` is then
     :func:`trainer.train.train`, and ``on_step(done, total, status)`` follows the steps of all chains as one
     count, besides the processes' log lines). Under ``torchrun`` every
     process walks the same plan (each run is a collective training run); only the main process logs and
@@ -320,15 +366,20 @@ def run_grid(
     if manifest_path.is_file():
         manifest["runs"] = json.loads(manifest_path.read_text()).get("runs", [])
 
+    def _place(entry: dict[str, Any]) -> tuple[int, int, int, int]:  # chain order, then recipe order; others last
+        chain = (entry["seed"], entry["member"])
+        known = chain in chains and entry["run"] in order
+        return (0, chains.index(chain), order.index(entry["run"]), 0) if known else (1, 0, 0, 0)
+
     def record(entries: list[dict[str, Any]]) -> None:
         done = {(e["member"], e["seed"], e["run"]) for e in entries}
-        manifest["runs"] = [r for r in manifest["runs"] if (r["member"], r["seed"], r["run"]) not in done] + entries
+        kept = [r for r in manifest["runs"] if (r["member"], r["seed"], r["run"]) not in done]
+        manifest["runs"] = sorted(kept + entries, key=_place)  # the same order however the runs were scheduled
         if main:
             atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
 
     interrupted = False
     if jobs > 1 and len(chains) > 1:
-        work = [(plan, runs, member, seed, order, overrides) for seed, member in chains]
         context = multiprocessing.get_context("spawn")
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the workers save and stop on Ctrl-C
         try:
@@ -338,12 +389,10 @@ def run_grid(
             ):
                 CLEANUPS[id(pool)] = lambda: _stop_workers(pool)  # even if this process is ended outright
                 try:
-                    for entries, stopped in pool.map(_chain_worker, work):
-                        record(entries)
-                        interrupted |= stopped
+                    interrupted = _run_parallel(pool, jobs, plan, runs, chains, order, overrides, record)
                 except KeyboardInterrupt:  # a SIGTERM to this process alone reaches no worker: pass it on
                     _stop_workers(pool)
-                    pool.shutdown(wait=True, cancel_futures=True)  # they save and stop; no new chain starts
+                    pool.shutdown(wait=True, cancel_futures=True)  # they save and stop; no new run starts
                     raise
                 finally:
                     CLEANUPS.pop(id(pool), None)
