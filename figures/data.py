@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from headprobe.model.paths import not_a
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import not_a
 from headprobe.results import ResultsError, TableMeta, collect, read_meta, read_table
 
 WHO = ["member", "seed", "run"]
 MODEL_TABLES = ("retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation")  # per-model figures
 
 
-class MissingInput(LookupError):
+class MissingInput(HeadprobeError, LookupError):
     """A figure's input table is absent (or holds none of the rows it needs); the figure is skipped."""
 
 

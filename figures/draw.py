@@ -10,13 +10,15 @@ from typing import Any
 
 import matplotlib
 
+from headprobe.core.errors import SettingError
+
 matplotlib.use("Agg")  # files only; never a window
 import matplotlib.pyplot as plt
 
 from figures import style, tables
 from figures.data import MissingInput, Results
 from figures.spec import Spec
-from headprobe.model.atomic import atomic_write_bytes
+from headprobe.core.atomic import atomic_write_bytes
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -81,11 +83,11 @@ def draw(
     figure in a model's folder, or the reverse) is left out (``absent``)."""
     bad = sorted(set(formats) - set(FORMATS))
     if bad:
-        raise ValueError(f"unknown figure format(s) {bad}; choose from {', '.join(FORMATS)}")
+        raise SettingError(f"unknown figure format(s) {bad}; choose from {', '.join(FORMATS)}")
     names = [s.name for s in specs]
     unknown = sorted(set(only or ()) - set(names))
     if unknown:
-        raise ValueError(f"unknown figure(s) {unknown}; the figures are: {', '.join(names)}")
+        raise SettingError(f"unknown figure(s) {unknown}; the figures are: {', '.join(names)}")
     data = Results(Path(results))
     report = DrawReport(Path(out))
     chosen = [s for s in specs if not only or s.name in only]

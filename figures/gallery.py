@@ -21,7 +21,7 @@ from figures.data import Results
 from figures.draw import built, save_figure
 from figures.spec import Spec
 from figures.tables import Table
-from headprobe.model.atomic import atomic_write_text
+from headprobe.core.atomic import atomic_write_text
 from headprobe.study.tables import markdown
 
 WRITTEN_BY = {  # which command writes each table a figure reads, for the page's "Reads" lines

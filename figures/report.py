@@ -24,7 +24,7 @@ from figures.data import MissingInput, Results
 from figures.draw import built, figure_bytes
 from figures.spec import Spec
 from figures.tables import Table
-from headprobe.model.atomic import atomic_write_text
+from headprobe.core.atomic import atomic_write_text
 from headprobe.results import read_meta, table_path
 
 CSS = """

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from figures import style
-from headprobe.model.atomic import atomic_write_text
+from headprobe.core.atomic import atomic_write_text
 from headprobe.study.tables import markdown
 
 

@@ -25,13 +25,14 @@ from typing import Any
 
 import pandas as pd
 
-from headprobe.model.atomic import atomic_file
+from headprobe.core.atomic import atomic_file
+from headprobe.core.errors import HeadprobeError
 
 FORMAT = "headprobe-results-1"
 META_KEY = b"headprobe"
 
 
-class ResultsError(ValueError):
+class ResultsError(HeadprobeError, ValueError):
     """A result file is missing, is not a headprobe table, or does not match its schema."""
 
 

@@ -22,11 +22,11 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 import torch
 
-from headprobe.model.atomic import FolderBusy, atomic_write_text, folder_lock
+from headprobe.core.atomic import FolderBusy, atomic_write_text, folder_lock
+from headprobe.core.errors import HeadprobeError, SettingError
+from headprobe.core.ranks import Ranks
 from headprobe.model.budget import MemoryEstimate
-from headprobe.probe.errors import ModelLoadError
 from headprobe.probe.gguf import is_gguf
-from headprobe.ranks import Ranks
 from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
 
 T = TypeVar("T")
@@ -86,7 +86,7 @@ def unique_names(checkpoints: Sequence[str | Path]) -> list[str]:
     """:func:`checkpoint_name` of each checkpoint; raises when two would share a results folder."""
     names = [checkpoint_name(c) for c in checkpoints]
     if len(set(names)) < len(names):
-        raise ValueError(f"two checkpoints would share a results folder: {names}; run them separately")
+        raise SettingError(f"two checkpoints would share a results folder: {names}; run them separately")
     return names
 
 
@@ -198,12 +198,12 @@ class Parts:
 # ---------------------------------------------------------------------------------------------
 # Many checkpoints
 # ---------------------------------------------------------------------------------------------
-class DoesNotFit(RuntimeError):
+class DoesNotFit(HeadprobeError, RuntimeError):
     """A run would not fit in the memory budget; the message gives the estimate and what to change."""
 
 
 # errors that fail one checkpoint of a job but not the others (anything else is a bug and propagates)
-CHECKPOINT_ERRORS: tuple[type[Exception], ...] = (ModelLoadError, DoesNotFit, ValueError, FileNotFoundError)
+CHECKPOINT_ERRORS: tuple[type[Exception], ...] = (HeadprobeError, FileNotFoundError)
 
 
 @dataclass
@@ -216,14 +216,14 @@ class RunReport(Generic[T]):
         checkpoints: every checkpoint's path by name.
         out: the results folder; :meth:`table` reads one table over every model in it.
         primary: whether this process wrote the results (``False`` on the other processes of a
-            ``torchrun`` launch, whose ``results`` are placeholders; :mod:`headprobe.ranks`).
+            ``torchrun`` launch, whose ``results`` are placeholders; :mod:`headprobe.core.ranks`).
     """
 
     results: dict[str, T] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     checkpoints: dict[str, str] = field(default_factory=dict)
     out: Path | None = None
-    primary: bool = True  # False on a torchrun launch's other processes (:mod:`headprobe.ranks`)
+    primary: bool = True  # False on a torchrun launch's other processes (:mod:`headprobe.core.ranks`)
 
     def table(self, name: str) -> pd.DataFrame:
         """Table ``name`` of every model of this run (:func:`headprobe.results.collect`)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
-from headprobe.results import read_table
+from headprobe.results import ResultsError, read_table
 
 SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation")
 
@@ -48,7 +48,7 @@ def _collect(folder: Path, table: str) -> pd.DataFrame:
         frame = found.frame
         if "model" not in frame.columns:
             if not found.meta.model:
-                raise ValueError(
+                raise ResultsError(
                     f"{path} has no `model` column and its metadata names no model; rerun the command that wrote it"
                 )
             frame = frame.assign(model=found.meta.model)
@@ -69,11 +69,11 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
     naming what exists when it holds none of them."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder; give a results folder (what analyze, ruler eval or study wrote)")
+        raise ResultsError(f"{folder} is not a folder; give a results folder (what analyze, ruler eval or study wrote)")
     wanted = metrics or list(SHOWN)
     unknown = [m for m in wanted if m not in SHOWN]
     if unknown:
-        raise ValueError(f"unknown `metric` {', '.join(unknown)}; choose from {', '.join(SHOWN)}")
+        raise ResultsError(f"unknown `metric` {', '.join(unknown)}; choose from {', '.join(SHOWN)}")
     out: list[ShownTable] = []
     if "retrieval" in wanted:
         out += _retrieval_tables(folder, top)
@@ -116,7 +116,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                 )
             )
     if not out:
-        raise ValueError(
+        raise ResultsError(
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
             "erank, ruler_scores, shortctx_scores and ablation Parquet files below it); run `headprobe analyze`, "
             "`headprobe ruler eval`, `headprobe shortctx eval` or `headprobe ablate` first"

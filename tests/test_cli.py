@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 import headprobe.analysis.items as items_mod
 from headprobe.cli import app
 from headprobe.cli.progress import progress_bar
+from headprobe.core.errors import HeadprobeError
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.presets import list_presets, preset
 from headprobe.model.transformer import Transformer
@@ -97,10 +98,10 @@ def test_with_one_checkpoint_failing_the_progress_ends_at_the_share_done(broken,
 def test_a_checkpoint_failing_during_the_work_leaves_the_progress_where_it_stopped(tiny, tmp_path, monkeypatch):
     real, calls = items_mod.run_pass, []
 
-    def second_pass_fails(*args, **kwargs):
+    def second_pass_fails(*args, **kwargs):  # an error on purpose fails one checkpoint (a bug would stop all)
         calls.append(1)
         if len(calls) == 2:
-            raise ValueError("the second sample's pass failed")
+            raise HeadprobeError("the second sample's pass failed")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(items_mod, "run_pass", second_pass_fails)

@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from headprobe.cli import app
-from headprobe.model.atomic import LOCK_FILE, folder_lock
+from headprobe.core.atomic import LOCK_FILE, folder_lock
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.transformer import Transformer
 from headprobe.results import read_meta
@@ -103,7 +103,7 @@ def test_a_second_run_on_a_busy_output_folder_is_refused_naming_the_holder(ckpt,
 
 def test_a_lock_is_released_when_its_holder_dies(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from pathlib import Path; from headprobe.model.atomic import folder_lock\n"
+        [sys.executable, "-c", f"from pathlib import Path; from headprobe.core.atomic import folder_lock\n"
          f"with folder_lock(Path({str(tmp_path)!r})):\n    import os; os._exit(3)"],
     )  # fmt: skip
     assert holder.wait(timeout=60) == 3
@@ -119,7 +119,7 @@ def test_errors_of_headprobe_show_one_line_and_debug_shows_the_traceback(capsys)
 
     @demo.callback()
     def root(debug: bool = False) -> None:
-        _App.debug = debug
+        demo.session.debug = debug
 
     @demo.command()
     def boom() -> None:
@@ -136,7 +136,7 @@ def test_errors_of_headprobe_show_one_line_and_debug_shows_the_traceback(capsys)
     assert "error: width 100 does not divide 128; choose a width that does" in err and "Traceback" not in err
     with pytest.raises(ConfigError):
         demo(["--debug", "boom"], prog_name="demo")
-    _App.debug = False
+    demo.session.debug = False
     with pytest.raises(KeyError):
         demo(["bug"], prog_name="demo")
     assert isinstance(demo, typer.Typer)

@@ -190,7 +190,7 @@ def test_eval_refuses_a_length_no_task_fits_and_leaves_nothing(tmp_path, checkpo
 
 @pytest.mark.parametrize("command", ["ruler", "shortctx"])
 def test_eval_holds_its_output_folder_and_sweeps_what_a_killed_run_left(tmp_path, checkpoints, command):
-    from headprobe.model.atomic import LOCK_FILE, folder_lock
+    from headprobe.core.atomic import LOCK_FILE, folder_lock
 
     out = tmp_path / "r"
     args = ["ruler", "eval", "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1"]

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import headprobe.model.atomic as atomic_mod
+import headprobe.core.atomic as atomic_mod
 from headprobe.cli import app
-from headprobe.model.atomic import atomic_directory, atomic_write_bytes, atomic_write_text
+from headprobe.core.atomic import atomic_directory, atomic_write_bytes, atomic_write_text
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.transformer import Transformer
 from headprobe.results import TableMeta, write_table
@@ -116,7 +116,7 @@ def test_atomic_directory_replaces_a_file_without_leftovers(tmp_path):
 
 
 def test_sweep_removes_what_killed_writers_left_and_nothing_else(tmp_path):
-    from headprobe.model.atomic import sweep_temporaries
+    from headprobe.core.atomic import sweep_temporaries
 
     (tmp_path / "a" / "b").mkdir(parents=True)
     stale = [tmp_path / ".scores.json.tmp-0123abcd", tmp_path / "a" / ".x.parquet.old-89abcdef"]
@@ -134,7 +134,7 @@ def test_sweep_removes_what_killed_writers_left_and_nothing_else(tmp_path):
 
 def test_a_training_run_holds_its_folder(tmp_path):
     """A second run into a folder being trained is refused naming the holder (a lock, as analyze takes)."""
-    from headprobe.model.atomic import folder_lock
+    from headprobe.core.atomic import folder_lock
 
     cfg = tmp_path / "model.json"
     cfg.write_text(tiny_config(vocab_size=264, max_seq_len=64).to_json())
@@ -296,12 +296,16 @@ def test_a_run_that_fails_at_its_first_step_leaves_no_folder(tmp_path):
 
 
 def test_plugin_errors_do_not_import_torch():
+    """The trainer's commands catch every error of headprobe's own through one base, importable without torch
+    (before: a list of names looked up in whichever torch-importing modules were loaded)."""
     code = (
-        "import sys; from trainer.plugin import PLUGIN; names = [e.__name__ for e in PLUGIN.errors]; "
-        "assert 'torch' not in sys.modules, 'torch imported'; "
-        "import headprobe.model.checkpoint; names2 = [e.__name__ for e in PLUGIN.errors]; "
-        "assert 'CheckpointError' not in names and 'CheckpointError' in names2, (names, names2); "
-        "assert 'ConfigError' in names"
+        "import sys; from trainer.plugin import PLUGIN; assert 'torch' not in sys.modules, 'torch imported'; "
+        "from headprobe.model.checkpoint import CheckpointError; from headprobe.model.attention import "
+        "AttentionBackendError; from headprobe.model.config import ConfigError; from headprobe.core.atomic import "
+        "FolderBusy; from trainer.config import TrainError; from trainer.data import DataError; "
+        "errors = (CheckpointError, AttentionBackendError, ConfigError, FolderBusy, TrainError, DataError); "
+        "assert all(issubclass(e, PLUGIN.errors) for e in errors), PLUGIN.errors; "
+        "assert not issubclass(ValueError, PLUGIN.errors) and not issubclass(KeyError, PLUGIN.errors)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 

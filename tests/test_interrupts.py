@@ -145,7 +145,7 @@ STUCK = """
 import sys, time
 from pathlib import Path
 from headprobe.cli import install_interrupts
-from headprobe.model.atomic import folder_lock
+from headprobe.core.atomic import folder_lock
 install_interrupts()
 with folder_lock(Path(sys.argv[1])):
     print("holding", flush=True)

@@ -4,6 +4,7 @@ checked by `lint-imports`, which `make test` runs first)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,64 @@ def test_only_the_command_line_draws():
         if name.split(".")[0] in ui
     ]
     assert not drawing, drawing
+
+
+def _modules(*packages: str) -> set[str]:
+    """Every module file of ``packages`` (``__init__`` and ``__main__`` aside), as a path from the root."""
+    return {
+        str(p.relative_to(ROOT))
+        for p in _sources(*packages)
+        if p.name not in ("__init__.py", "__main__.py") and "__pycache__" not in p.parts
+    }
+
+
+def test_docs_index_has_one_row_for_every_module_and_none_for_a_module_that_is_gone():
+    text = (ROOT / "docs" / "index.md").read_text()
+    rows = [line.split("`")[1] for line in text.splitlines() if line.startswith("| `") and ".py`" in line]
+    assert len(rows) == len(set(rows)), sorted(r for r in rows if rows.count(r) > 1)
+    listed = {r for r in rows if r.startswith(PACKAGES)}
+    modules = _modules(*PACKAGES)
+    assert not modules - listed, f"modules without a row in docs/index.md: {sorted(modules - listed)}"
+    assert not listed - modules, f"rows of docs/index.md naming no module: {sorted(listed - modules)}"
+
+
+def test_the_readme_layout_names_every_module_of_each_package_it_describes():
+    """The README's layout table: a row per headprobe package (and top-level module), each naming every
+    module of its package (``kernels/attention.py`` for a subpackage's) and none that is gone."""
+    rows = {
+        line.split("`")[1]: line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("| `headprobe/")
+    }
+    packages = sorted(p.name for p in (ROOT / "headprobe").iterdir() if (p / "__init__.py").is_file())
+    assert {f"headprobe/{p}/" for p in packages} <= set(rows), sorted(set(rows))
+    problems = []
+    for package in packages:
+        row = rows[f"headprobe/{package}/"]
+        named = set(re.findall(r"`([\w/]+\.py)`", row))
+        folder = ROOT / "headprobe" / package
+        have = {str(p.relative_to(folder)) for p in folder.rglob("*.py") if p.name != "__init__.py"}
+        problems += [f"headprobe/{package}/{m}: not in its README row" for m in sorted(have - named)]
+        problems += [f"headprobe/{package}/{m}: named in the README, not there" for m in sorted(named - have)]
+    top = {p.name for p in (ROOT / "headprobe").glob("*.py")} - {"__init__.py", "__main__.py"}
+    in_rows = " ".join(line for name, line in rows.items() if not name.endswith("/"))
+    problems += [
+        f"headprobe/{m}: no README row" for m in sorted(top) if f"`{m[:-3]}" not in in_rows and m not in in_rows
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_layers_in_docs_index_are_the_import_contracts_layers():
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c["type"] == "layers")
+    expected = [{n.strip().removeprefix("headprobe.") for n in layer.split("|")} for layer in layers]
+    text = (ROOT / "docs" / "index.md").read_text()
+    block = text.split("## Layout", 1)[1].split("```")[1]
+    documented = [
+        {n.strip() for n in line.split("  ")[0].split("|")}
+        for line in block.strip().splitlines()
+        if line.strip() and not line.startswith("trainer")
+    ]
+    assert documented == expected

@@ -91,7 +91,7 @@ def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_pat
 
 
 def test_items_are_dealt_round_robin_and_the_others_share_is_counted():
-    from headprobe.ranks import Ranks
+    from headprobe.core.ranks import Ranks
 
     r = Ranks(rank=1, size=3)
     assert [i for i in range(7) if r.mine(i)] == [1, 4]

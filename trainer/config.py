@@ -13,10 +13,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.config import Backend, Choice, LayerType
+from headprobe.core.choice import Choice
+from headprobe.core.errors import HeadprobeError
+from headprobe.model.config import Backend, LayerType
 
 
-class TrainError(ValueError):
+class TrainError(HeadprobeError, ValueError):
     """A training option is missing or inconsistent; the message names it (in backticks) and the fix."""
 
 

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from headprobe.model.paths import read_utf8
+from headprobe.core.paths import read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.probes import Probe, ProbeError
 from headprobe.text.tasks import TaskMix, TaskSettings
@@ -175,7 +175,7 @@ def _levels(
     """Each level's settings, task weights, row length, advance threshold and advance probe: the listed
     ``levels``, then the ``grow`` ones. A level's ``accuracy`` and ``probe`` are its own, not inherited."""
     if "levels" not in raw and "grow" not in raw:
-        raise ValueError("give `levels` (a list), `grow` (a distance range and factor) or both")
+        raise TrainError("give `levels` (a list), `grow` (a distance range and factor) or both")
     tasks = {str(k): float(v) for k, v in (raw.get("tasks") or {}).items()}
     out, weights, rows, thresholds, probes, current = [], [], [], [], [], {}
     own = ("accuracy", "probe")  # a level's own, not inherited
@@ -183,10 +183,10 @@ def _levels(
         extra = set(level) - set(_SETTINGS) - {"tasks", "row", *own}
         if extra:
             fields = ", ".join(("tasks", "row", *own, *_SETTINGS))
-            raise ValueError(f"unknown level fields {sorted(extra)}; a level sets {fields}")
+            raise TrainError(f"unknown level fields {sorted(extra)}; a level sets {fields}")
         accuracy = level.get("accuracy")
         if accuracy is not None and not 0 < accuracy < 1:
-            raise ValueError(f"a level's `accuracy` is an advance threshold in (0, 1) (got {accuracy!r})")
+            raise TrainError(f"a level's `accuracy` is an advance threshold in (0, 1) (got {accuracy!r})")
         thresholds.append(accuracy)
         probes.append(level.get("probe"))
         current = {**current, **{k: v for k, v in level.items() if k not in own}}
@@ -195,15 +195,15 @@ def _levels(
         weights.append({str(k): float(v) for k, v in current.get("tasks", tasks).items()})
         row = current.get("row")
         if row is not None and (not isinstance(row, int) or row < 8):
-            raise ValueError(f"a level's `row` is tokens per row, an integer >= 8 (got {row!r})")
+            raise TrainError(f"a level's `row` is tokens per row, an integer >= 8 (got {row!r})")
         rows.append(row)
     if "levels" in raw and not out:
-        raise ValueError("`levels` is empty")
+        raise TrainError("`levels` is empty")
     if "grow" in raw:
         lo, hi = raw["grow"]["distance"]
         factor, cap = float(raw["grow"].get("factor", 1.25)), int(raw["grow"].get("segment_max", 96))
         if factor <= 1 or not 1 <= lo <= hi:
-            raise ValueError("grow needs 1 <= distance[0] <= distance[1] and a factor > 1")
+            raise TrainError("grow needs 1 <= distance[0] <= distance[1] and a factor > 1")
         d = float(lo)
         while True:
             top = int(min(d, hi))

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from headprobe.model.atomic import atomic_directory
-from headprobe.model.paths import not_a, read_utf8
+from headprobe.core.atomic import atomic_directory
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import not_a, read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.jsonl import jsonl_records
 from headprobe.text.tasks import TaskMix
@@ -38,7 +39,7 @@ DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 Progress = Callable[[int, int, str], None]  # (units done, units in all, what is being done)
 
 
-class DataError(ValueError):
+class DataError(HeadprobeError, ValueError):
     """Training data is missing, malformed or inconsistent; the message names the file and the fix."""
 
 
@@ -240,12 +241,6 @@ def read_examples(path: Path) -> Iterator[tuple[str, Spans | None]]:
     if not text.strip():
         raise DataError(f"source {path} holds only whitespace")
     yield text, None
-
-
-def read_documents(path: Path) -> Iterator[str]:
-    """The texts of :func:`read_examples`."""
-    for text, _ in read_examples(path):
-        yield text
 
 
 def _encode(

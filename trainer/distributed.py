@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from headprobe.core.ranks import Ranks
 from headprobe.model.transformer import Transformer
-from headprobe.ranks import Ranks
 from trainer.config import Parallel
 
 CPU = torch.device("cpu")
@@ -22,7 +22,7 @@ CPU = torch.device("cpu")
 
 @dataclass(frozen=True)
 class World(Ranks):
-    """This process's place in the job (:class:`headprobe.ranks.Ranks`: ``rank``, ``size``, ``local_rank``,
+    """This process's place in the job (:class:`headprobe.core.ranks.Ranks`: ``rank``, ``size``, ``local_rank``,
     ``is_main``, ``distributed``) and where it computes.
 
     Attributes:

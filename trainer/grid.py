@@ -44,9 +44,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from headprobe.cleanup import CLEANUPS
-from headprobe.model.atomic import atomic_write_text
-from headprobe.model.paths import read_utf8
+from headprobe.core.atomic import atomic_write_text
+from headprobe.core.cleanup import CLEANUPS
+from headprobe.core.paths import read_utf8
 from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, TrainConfig, TrainError, TrainResult
 from trainer.train import train

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.atomic import atomic_write_text
+from headprobe.core.atomic import atomic_write_text
 from trainer.config import TrainConfig
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from trainer.config import ScheduleKind
+from trainer.config import ScheduleKind, TrainError
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,6 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tup
         if p.requires_grad:
             (decay if p.dim() >= 2 else no_decay).append(p)
     if not decay and not no_decay:
-        raise ValueError("no trainable parameters: everything is frozen")
+        raise TrainError("no trainable parameters: everything is frozen")
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas)

@@ -7,23 +7,14 @@ cheap (no torch); the training code loads when a command runs.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.config import ConfigError
+from headprobe.core.errors import HeadprobeError
 from headprobe.text.tasks import TaskMix
-from trainer.config import TrainConfig, TrainError, TrainResult
-from trainer.data import DataError, Progress, check_new_folder
-
-# errors of modules that import torch, so they are looked up only once loaded: (module, class name)
-_TORCH_ERRORS = (
-    ("headprobe.model.checkpoint", "CheckpointError"),  # --init or a step folder is not a checkpoint
-    ("headprobe.model.attention", "AttentionBackendError"),  # --attention-backend cannot run here
-    ("headprobe.model.seam", "ProbeError"),
-    ("headprobe.model.atomic", "FolderBusy"),  # another run writes --out
-)
+from trainer.config import TrainConfig, TrainResult
+from trainer.data import Progress, check_new_folder
 
 
 class TrainerPlugin:
@@ -35,15 +26,10 @@ class TrainerPlugin:
 
     config = TrainConfig
 
-    @property
-    def errors(self) -> tuple[type[Exception], ...]:
-        """The exceptions that mean bad input (shown as a message, exit code 2), not a bug: the trainer's,
-        and the model package's (unknown preset, bad config, not a checkpoint, unusable attention backend).
-
-        Those of modules that import torch are included once the module is loaded (one not loaded cannot
-        have raised), so that catching them does not import torch."""
-        loaded = tuple(getattr(sys.modules[module], name) for module, name in _TORCH_ERRORS if module in sys.modules)
-        return (TrainError, DataError, ConfigError, FileNotFoundError, *loaded)
+    errors: tuple[type[Exception], ...] = (HeadprobeError, FileNotFoundError)
+    """The exceptions that mean bad input (shown as a message, exit code 2), not a bug: every error of
+    headprobe's own (the trainer's, an unknown preset, not a checkpoint, an unusable attention backend ...:
+    one base, importable without torch), and a missing file."""
 
     def train(self, cfg: TrainConfig, on_step: Callable[[int, int, str], None] | None = None) -> TrainResult:
         from trainer.train import train

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headprobe.model.paths import read_utf8
+from headprobe.core.paths import read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.text.corpus import GENERATORS, Writer
 from headprobe.text.jsonl import jsonl_records

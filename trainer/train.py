@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from headprobe.model.atomic import atomic_write_text, folder_lock
+from headprobe.core.atomic import atomic_write_text, folder_lock
 from headprobe.model.budget import budget
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig

@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from headprobe.model.atomic import atomic_write_text
+from headprobe.core.atomic import atomic_write_text
 from headprobe.model.config import ModelConfig
 from trainer.distributed import World, barrier
 

@@ -44,6 +44,7 @@ from headprobe.probe import ProbedModel, check_trained_lengths, load_model, pars
 from headprobe.probe.ablation import AblationMode, Head, check_heads
 from headprobe.results import Column, Schema
 from headprobe.runs import (
+    CHECKPOINT_ERRORS,
     Parts,
     Progress,
     RunReport,
@@ -269,7 +270,7 @@ def ablate(
                 report.results[name] = ablate_checkpoint(
                     Path(path), name, out, s, rankings[name], device, progress, memory_limit
                 )
-            except (ValueError, FileNotFoundError) as err:
+            except CHECKPOINT_ERRORS as err:
                 if len(checkpoints) == 1:
                     raise
                 report.errors[name] = str(err)

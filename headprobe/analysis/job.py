@@ -34,9 +34,9 @@ import pandas as pd
 from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
+from headprobe.core.ranks import Ranks
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.ranks import Ranks
 from headprobe.results import Schema
 from headprobe.runs import (
     CHECKPOINT_ERRORS,

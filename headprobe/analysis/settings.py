@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.metrics import METRICS, Metric, Rows, get_metrics
 from headprobe.metrics.retrieval import Span
 from headprobe.probe import parse_dtype
@@ -17,7 +18,7 @@ from headprobe.text.prompt_format import PromptFormat
 MIN_LENGTH = 16
 
 
-class AnalysisError(ValueError):
+class AnalysisError(HeadprobeError, ValueError):
     """Bad analysis settings; the message names the setting (in backticks) and the fix."""
 
 

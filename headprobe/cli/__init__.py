@@ -26,36 +26,27 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
-from headprobe.cleanup import run_cleanups
 from headprobe.cli import ablate, analyze, explore, figures, plan, ruler, shortctx, show, study
+from headprobe.cli.common import USER_ERRORS, Session
 from headprobe.cli.train import add_trainer_commands
-
-_EXPECTED = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
-
+from headprobe.core.cleanup import run_cleanups
 
 GRACE = 5.0  # seconds an interrupted command has to unwind before it is ended outright
 
 
-def _terminated(signum: int, frame: object) -> None:
-    """Ctrl-C and SIGTERM (``timeout``, a cluster's scheduler) stop a command the same way: a
-    ``KeyboardInterrupt`` unwinds every ``finally`` (temporary files and folder locks removed, finished
-    parts kept)."""
-    _App.interrupted = True
-    raise KeyboardInterrupt
-
-
-def _watch(fd: int) -> None:
+def _watch(fd: int, handler: Callable[[int, object], None], session: Session) -> None:
     """The watchdog: Python runs a signal's handler only between bytecodes of the main thread, so a long
     native call (a compile, one huge kernel) could hold a stop back for minutes. The C-level handler
-    writes each signal's number to ``fd`` at once; :data:`GRACE` seconds after one that :func:`_terminated`
-    handles, the process is ended outright, after the cleanups of :mod:`headprobe.cleanup` ran. While
+    writes each signal's number to ``fd`` at once; :data:`GRACE` seconds after one that ``handler``
+    handles, the process is ended outright, after the cleanups of :mod:`headprobe.core.cleanup` ran. While
     someone else handles the signal (the trainer finishing its step, the explorer's server) it waits."""
     while data := os.read(fd, 1):
-        if signal.getsignal(data[0]) is not _terminated:
+        if signal.getsignal(data[0]) is not handler:
             continue
         threading.Event().wait(GRACE)
         run_cleanups()
@@ -63,23 +54,34 @@ def _watch(fd: int) -> None:
         os._exit(130)  # as click ends an interrupted command
 
 
-def install_interrupts() -> None:
-    """Route SIGINT and SIGTERM to :func:`_terminated` (unless the process ignores them or handles them
-    otherwise) and start the :func:`_watch` watchdog. Main thread only; a no-op elsewhere."""
+def install_interrupts(session: Session | None = None) -> None:
+    """Ctrl-C and SIGTERM (``timeout``, a cluster's scheduler) stop a command the same way: a
+    ``KeyboardInterrupt`` unwinds every ``finally`` (temporary files and folder locks removed, finished parts
+    kept), and ``session`` notes that it came. Routes both signals so (unless the process ignores them or
+    handles them otherwise) and starts the :func:`_watch` watchdog. Main thread only; a no-op elsewhere."""
     if threading.current_thread() is not threading.main_thread():
         return
+    session = session or Session()
+
+    def terminated(signum: int, frame: object) -> None:
+        session.interrupted = True
+        raise KeyboardInterrupt
+
     ours = False
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _terminated)
+        signal.signal(signal.SIGTERM, terminated)
         ours = True
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # SIG_IGN (a background job) stays
-        signal.signal(signal.SIGINT, _terminated)
+        signal.signal(signal.SIGINT, terminated)
         ours = True
     if ours:
         read, write = os.pipe()
         os.set_blocking(write, False)
         signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        threading.Thread(target=_watch, args=(read,), daemon=True, name="headprobe-interrupt-watchdog").start()
+        watchdog = threading.Thread(
+            target=_watch, args=(read, terminated, session), daemon=True, name="headprobe-interrupt-watchdog"
+        )
+        watchdog.start()
 
 
 class _Group(TyperGroup):
@@ -122,26 +124,27 @@ class _Group(TyperGroup):
 
 
 class _App(typer.Typer):
-    """The command: an error of headprobe's own (or a missing or unwritable file) reaching it is shown as
-    one clear line and exit code 2; ``--debug`` shows the traceback instead. Any other exception is a bug
-    and keeps its traceback."""
+    """The command: an error of headprobe's own (:class:`~headprobe.core.errors.HeadprobeError`, or a missing or
+    unwritable file) reaching it is shown as one clear line and exit code 2; ``--debug`` shows the traceback
+    instead. Any other exception is a bug and keeps its traceback. ``session`` (:class:`Session`) is what the
+    process knows besides its options; the root callback hands it to every command as ``ctx.obj``."""
 
-    debug = False
-    interrupted = False  # a Ctrl-C or SIGTERM arrived: whatever it breaks on the way out is no bug
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.session = Session()
 
     def __call__(self, *args, **kwargs):
-        install_interrupts()
+        install_interrupts(self.session)
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except KeyboardInterrupt:  # one outside click's own handling (typer building the command): the same end
             run_cleanups()
             raise SystemExit(130) from None
         except Exception as err:
-            if _App.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
+            if self.session.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
                 run_cleanups()
                 raise SystemExit(130) from None
-            home = type(err).__module__.split(".")[0]
-            if _App.debug or not (home in ("headprobe", "trainer", "figures") or isinstance(err, _EXPECTED)):
+            if self.session.debug or not isinstance(err, USER_ERRORS):
                 raise
             typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
             typer.secho("(run `headprobe --debug ...` for the traceback)", err=True)
@@ -176,11 +179,13 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="print the version"),
     debug: bool = typer.Option(False, "--debug", help="show the traceback of an error instead of one line"),
 ) -> None:
     """headprobe: how attention-head shape decides long-context retrieval."""
-    _App.debug = debug
+    app.session.debug = debug
+    ctx.obj = app.session
 
 
 ruler_app = typer.Typer(help="RULER-style long-context evaluation (13 tasks, generated offline).", no_args_is_help=True)

@@ -20,6 +20,7 @@ from headprobe.cli.common import (
     token_counts,
     words,
 )
+from headprobe.core.errors import HeadprobeError
 
 HEADS_HELP = (
     "a head set to ablate (repeat for several): top:K (the K best by retrieval score in --from), random:K (K "
@@ -63,8 +64,6 @@ def ablate(
     from headprobe.ablation import ablate as run
     from headprobe.cli.progress import progress_bar
     from headprobe.cli.show import print_tables
-    from headprobe.model.atomic import FolderBusy
-    from headprobe.probe import BeyondTrainedError
     from headprobe.show import ShownTable, ablation_table
 
     check_run(ctx, out, device)
@@ -87,12 +86,12 @@ def ablate(
             allow_beyond_trained=allow_beyond_trained,
         )
         settings.validate()
-    except (ValueError, typer.BadParameter) as err:
+    except (HeadprobeError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     try:
         with resumable(out), progress_bar("ablate", ctx, enabled=progress) as bar:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
-    except (FolderBusy, BeyondTrainedError, ValueError, FileNotFoundError) as err:
+    except (HeadprobeError, FileNotFoundError) as err:
         raise fail(err, ctx) from None
     for name, table in report.results.items():
         typer.echo(f"{name}: {out / name}")

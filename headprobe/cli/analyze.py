@@ -19,6 +19,7 @@ from headprobe.cli.common import (
     token_counts,
     words,
 )
+from headprobe.core.errors import HeadprobeError
 
 
 def analyze(
@@ -55,8 +56,8 @@ def analyze(
     from headprobe.analysis import AnalyzeSettings
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
+    from headprobe.core.atomic import FolderBusy
     from headprobe.metrics import METRICS, Rows
-    from headprobe.model.atomic import FolderBusy
     from headprobe.probe import BeyondTrainedError
 
     check_run(ctx, out, device)
@@ -78,7 +79,7 @@ def analyze(
             allow_beyond_trained=allow_beyond_trained,
         )
         settings.validate()
-    except (ValueError, typer.BadParameter) as err:  # bad options or settings
+    except (HeadprobeError, typer.BadParameter) as err:  # bad options or settings
         raise fail(err, ctx) from None
     with resumable(out), progress_bar("analyze", ctx, enabled=progress) as bar:
         try:

@@ -7,15 +7,36 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
+from headprobe.core.errors import HeadprobeError
+
 DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
 PROMPT_FORMAT_HELP = (
     "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain"
 )
+
+# what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback
+USER_ERRORS = (HeadprobeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+@dataclass
+class Session:
+    """What one ``headprobe`` process knows besides its options. The command owns it (``app.session``) and
+    hands it to each command as ``ctx.obj``.
+
+    Attributes:
+        debug: ``--debug``: an error shows its traceback instead of one line.
+        interrupted: a Ctrl-C or SIGTERM arrived: whatever it breaks on the way out is no bug.
+    """
+
+    debug: bool = False
+    interrupted: bool = False
+
 
 _SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
 
@@ -60,8 +81,12 @@ def say_warning(message: str, ctx: typer.Context | None) -> None:
     typer.secho(flagify(message, command_flags(ctx)), fg=typer.colors.YELLOW, err=True)
 
 
-def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> typer.Exit:
-    """Print ``err`` (see :func:`say_error`) and return the exit to raise."""
+def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> Exception:
+    """Print ``err`` (see :func:`say_error`) and return the exit to raise; under ``--debug`` return ``err``
+    itself instead, so that raising it shows its traceback."""
+    session = ctx.find_root().obj if ctx is not None else None
+    if isinstance(err, Exception) and isinstance(session, Session) and session.debug:
+        return err
     say_error(err, ctx)
     return typer.Exit(code)
 

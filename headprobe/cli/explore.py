@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import DTYPE_HELP, PROMPT_FORMAT_HELP, check_counts, check_device, fail, ints
+from headprobe.core.errors import HeadprobeError
 
 
 def explore(
@@ -67,7 +68,7 @@ def explore(
     try:
         check_device(device)
         row_spec = Rows.parse(rows) if rows else None
-    except (ValueError, typer.BadParameter) as err:
+    except (HeadprobeError, typer.BadParameter) as err:
         raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
     inputs = dict(
         text=text, ruler=ruler, needle=needle, length=length, depth=depth, seed=seed, needles=needles,
@@ -90,9 +91,7 @@ def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Pa
     """The models on the input (``options``: :func:`headprobe.explore.build_views`'s), with progress; and
     the export page when asked for. Errors become one message."""
     from headprobe.cli.progress import progress_bar
-    from headprobe.explore import ExploreError, InputError, build_views
-    from headprobe.probe import ModelLoadError
-    from headprobe.runs import DoesNotFit
+    from headprobe.explore import build_views
 
     try:
         with progress_bar("explore", ctx) as progress:
@@ -106,7 +105,7 @@ def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Pa
                     progress.advance()
 
                 export_page(views, export, levels, progress=tick)
-    except (ExploreError, InputError, ModelLoadError, DoesNotFit, ValueError) as err:
+    except HeadprobeError as err:
         raise fail(err, ctx) from None
     except KeyboardInterrupt:
         raise fail("interrupted before the explorer started; nothing was written", ctx, code=130) from None
@@ -145,7 +144,7 @@ def _check_options(
         raise fail(f"{chosen[0]} needs --length N (input tokens)", ctx)
     if length is not None and length < 1:
         raise fail(f"--length {length}: give a positive number of tokens", ctx)
-    from headprobe.model.paths import not_a
+    from headprobe.core.paths import not_a
 
     if text is not None and (why := not_a(text, "file")):
         raise fail(f"--text {text} {why}; give a UTF-8 text file", ctx)

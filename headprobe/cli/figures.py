@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import check_out_folder, fail, wide_console, words
+from headprobe.core.errors import HeadprobeError
 
 
 def figures(
@@ -25,13 +26,12 @@ def figures(
     model the retrieval heads, entropy and effective rank by layer, RULER-style scores and ablations; the
     others are listed with what they lack."""
     from figures import SPECS, draw, nothing_drawn
-    from headprobe.results import ResultsError
 
     console = wide_console()
     try:
         check_out_folder(out)
         report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
-    except (ValueError, ResultsError, typer.BadParameter) as err:
+    except (HeadprobeError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     for name, paths in report.drawn.items():
         console.print(f"[green]drew[/] {name}: " + ", ".join(str(p) for p in paths))
@@ -56,14 +56,13 @@ def report(
     allow, the settings that produced them and their caveats."""
     from figures import SPECS, nothing_drawn
     from figures.report import report_page
-    from headprobe.model.atomic import atomic_write_text
-    from headprobe.results import ResultsError
+    from headprobe.core.atomic import atomic_write_text
 
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the HTML file to write, e.g. {out / 'report.html'}", ctx)
     try:
         page = report_page(results, SPECS)
-    except (ValueError, ResultsError) as err:
+    except HeadprobeError as err:
         raise fail(err, ctx) from None
     if not page.shown:
         raise fail(nothing_drawn(results, SPECS, "report"), ctx)

@@ -24,6 +24,7 @@ from headprobe.cli.common import (
     wide_console,
     words,
 )
+from headprobe.core.errors import HeadprobeError
 from headprobe.evals.ruler.tasks import TASKS_HELP
 
 if TYPE_CHECKING:
@@ -59,9 +60,9 @@ def ruler_generate(
     """Generate RULER-style samples fitted to a tokenizer, one JSON object per line. A task whose smallest
     prompt does not fit a length is skipped there, with a warning, and the samples of that length record it
     (``skipped_tasks``) for ``ruler eval``."""
-    from headprobe.evals.ruler import RulerError, RulerGenerator, resolve_tasks
+    from headprobe.core.atomic import atomic_write_text
+    from headprobe.evals.ruler import RulerGenerator, resolve_tasks
     from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
-    from headprobe.model.atomic import atomic_write_text
     from headprobe.model.tokenizer import load_tokenizer
     from headprobe.text.prompt_format import resolve_wrapper
 
@@ -81,7 +82,7 @@ def ruler_generate(
         files = haystack_file or None
         gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
         rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
-    except (RulerError, ValueError, FileNotFoundError) as err:
+    except (HeadprobeError, FileNotFoundError) as err:
         raise fail(err, ctx) from None
     for warning in skip_warnings(skipped_tasks(rows)):
         say_warning(warning, ctx)
@@ -121,11 +122,7 @@ def ruler_eval(
     and compared. Tasks skipped at a length (too long for it) are left out of that length's mean, which
     says over how many tasks it is taken."""
     from headprobe.cli.progress import progress_bar
-    from headprobe.evals.ruler import RulerError
     from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
-    from headprobe.model.atomic import FolderBusy
-    from headprobe.probe import ModelLoadError
-    from headprobe.runs import DoesNotFit
 
     check_run(ctx, out, device)
     check_counts(ctx, ("--samples", samples, 1), ("--batch-size", batch_size, 0))
@@ -154,7 +151,7 @@ def ruler_eval(
                 progress=bar,
                 batch_size=batch_size or None,
             )
-    except (RulerError, ModelLoadError, DoesNotFit, FolderBusy, ValueError) as err:
+    except HeadprobeError as err:
         raise fail(err, ctx) from None
     if not report.primary:  # another process of a torchrun launch: the first one reports
         return

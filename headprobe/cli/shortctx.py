@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import DTYPE_HELP, check_counts, check_run, fail, resumable, say_error
+from headprobe.core.errors import HeadprobeError
 
 
 def shortctx_eval(
@@ -28,10 +29,7 @@ def shortctx_eval(
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm), as tables."""
     from headprobe.cli.progress import progress_bar
-    from headprobe.evals.shortctx import ShortCtxError
     from headprobe.evals.shortctx.evaluate import ShortCtxSettings, evaluate_many
-    from headprobe.model.atomic import FolderBusy
-    from headprobe.probe import ModelLoadError
 
     check_run(ctx, out, device)
     check_counts(ctx, ("--limit", limit, 1), ("--batch-size", batch_size, 1))
@@ -40,7 +38,7 @@ def shortctx_eval(
         settings.validate()  # before the progress bar: a bad setting is the only thing printed
         with resumable(out), progress_bar("shortctx", ctx, enabled=progress) as bar:
             report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
-    except (ShortCtxError, ModelLoadError, FolderBusy, ValueError) as err:
+    except HeadprobeError as err:
         raise fail(err, ctx) from None
     for name, scores in report.results.items():
         value = scores.set_index("metric")["value"]

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import fail, wide_console, words
+from headprobe.core.errors import HeadprobeError
 
 
 def show(
@@ -32,7 +33,7 @@ def show(
         raise fail(f"--top {top}: list at least 1 head", ctx)
     try:
         tables = show_tables(results, words(metric) if metric else None, top)
-    except ValueError as err:
+    except HeadprobeError as err:
         raise fail(err, ctx) from None
     print_tables(tables)
 

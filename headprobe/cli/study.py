@@ -141,7 +141,7 @@ def demo(
 def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) -> None:
     """``headprobe demo --real``: :func:`headprobe.study.real.real_demo`, its tables, figures and report."""
     from headprobe.cli.show import print_tables
-    from headprobe.model.atomic import FolderBusy
+    from headprobe.core.atomic import FolderBusy
     from headprobe.probe import ModelLoadError
     from headprobe.show import show_tables
     from headprobe.study.real import real_demo

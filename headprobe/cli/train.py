@@ -20,6 +20,7 @@ import typer
 
 from headprobe.cli.common import check_counts, check_device, fail, int_range, ints, words
 from headprobe.cli.progress import progress_bar
+from headprobe.core.errors import HeadprobeError
 
 PLUGIN_GROUP = "headprobe.plugins"
 OVERWRITE_HELP = "replace an existing --out (a data folder or a file) atomically; without it, it is refused"
@@ -121,7 +122,7 @@ def _with_bar(plugin: Any, ctx: typer.Context, title: str, work: Any) -> Any:
     try:
         with progress_bar(title, ctx, info=True) as bar:
             return work(bar.report)
-    except (*plugin.errors, ValueError) as err:
+    except (*plugin.errors, HeadprobeError) as err:
         raise fail(err, ctx) from None
 
 
@@ -169,7 +170,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         try:
             settings = TaskSettings(int_range(distance), int_range(segment), int_range(pairs), queries, split)
             mix = TaskMix.parse(tasks, settings) if tasks else None
-        except ValueError as err:
+        except HeadprobeError as err:
             raise fail(err, ctx) from None
         man = _with_bar(
             plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report, mix, overwrite)

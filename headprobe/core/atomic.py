@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from headprobe.cleanup import CLEANUPS
+from headprobe.core.cleanup import CLEANUPS
+from headprobe.core.errors import HeadprobeError
 
 _T = TypeVar("_T")
 
@@ -81,7 +82,7 @@ def _hidden_sibling(path: Path, kind: str, token: str) -> Path:
     return path.parent / f".{path.name}.{kind}-{token}"
 
 
-class NotWritable(PermissionError):
+class NotWritable(HeadprobeError, PermissionError):
     """A path cannot be written (a read-only or special folder, no permission, no space); the message names
     the user's path, not the temporary name that failed."""
 
@@ -215,7 +216,7 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 LOCK_FILE = ".headprobe.lock"
 
 
-class FolderBusy(RuntimeError):
+class FolderBusy(HeadprobeError, RuntimeError):
     """Another run holds the output folder (:func:`folder_lock`)."""
 
 

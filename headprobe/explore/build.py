@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from headprobe.explore.inputs import ExploreInput, needle_input, ruler_input, text_input
+from headprobe.explore.inputs import ExploreInput, InputError, needle_input, ruler_input, text_input
 from headprobe.explore.session import ModelView
 from headprobe.metrics.rows import Rows
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
@@ -28,12 +28,12 @@ def make_input(
     if text is not None:
         return text_input(model, text, length)
     if length is None:
-        raise ValueError("--ruler and --needle need --length N")
+        raise InputError("--ruler and --needle need --length N")
     if ruler is not None:
         return ruler_input(model, ruler, length, seed, prompt_format)
     if needle:
         return needle_input(model, length, depth, seed, needles, prompt_format)
-    raise ValueError("give one input: --text FILE, --ruler TASK or --needle")
+    raise InputError("give one input: --text FILE, --ruler TASK or --needle")
 
 
 def build_views(

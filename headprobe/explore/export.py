@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from headprobe.core.atomic import atomic_write_text
 from headprobe.explore.app import api_answer, asset
 from headprobe.explore.pooling import TileSpec, tiles_across, top_level
 from headprobe.explore.session import ModelView
-from headprobe.model.atomic import atomic_write_text
 
 TOKEN_CHUNK = 1024  # as the page asks for tokens (explore.js TOKEN_CHUNK)
 URI_SAFE = "-_.!~*'()"  # what encodeURIComponent leaves as it is

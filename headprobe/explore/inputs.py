@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.probe.base import ProbedModel
@@ -18,7 +19,7 @@ from headprobe.text.needles import needle_prompt, needle_set
 from headprobe.text.prompt_format import PromptFormatError, Wrapper
 
 
-class InputError(ValueError):
+class InputError(HeadprobeError, ValueError):
     """An explorer input cannot be built as asked (missing or binary file, too short, unknown task)."""
 
 

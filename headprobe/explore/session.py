@@ -27,8 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.explore.inputs import ExploreInput
 from headprobe.explore.pooling import TILE, TileSpec, pooled_mass, tiles_across, top_level
+from headprobe.metrics.heads import HeadAccumulator
 from headprobe.metrics.retrieval import answer_stops, copy_scores, decode_argmax
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
@@ -53,7 +55,7 @@ TILE_CACHE_BYTES = 256 << 20
 PREFILL_CHUNK = 4096  # tokens per forward chunk while capturing
 
 
-class ExploreError(ValueError):
+class ExploreError(HeadprobeError, ValueError):
     """A request the explorer cannot answer (unknown layer or head, a position outside the input...)."""
 
 
@@ -198,11 +200,13 @@ class ModelView:
         question = self.input.question
         if self.input.spans and question:
             out["needle_mass"] = np.full((len(self.layers), self.max_heads), np.nan)
+        means = HeadAccumulator()  # the analysis' per-head means: rows without a value (NaN) skipped
         for layer, cap in self.captures.items():
             st = attention_stats(cap.q[None], cap.k[None], window=cap.window, scale=cap.scale, rows=rows, topk=0)
             h = cap.q.shape[0]
             for m in ROW_STATS:
-                out[m][layer, :h] = getattr(st, m)[0].double().mean(-1).cpu().numpy()
+                means.add(layer, m, getattr(st, m))
+                out[m][layer, :h] = means.mean(layer, m)
             if "needle_mass" in out:
                 q_rows = torch.arange(*question)
                 st = attention_stats(

@@ -8,6 +8,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from headprobe.core.errors import SettingError
 from headprobe.metrics.heads import HeadAccumulator, head_frame
 from headprobe.metrics.passes import run_pass
 from headprobe.model.config import LayerInfo
@@ -94,7 +95,7 @@ class ReorderingCollector:
 
     def __init__(self, layers: list[LayerInfo], k: int) -> None:
         if k < 2:
-            raise ValueError(f"token reordering needs `topk` >= 2, got {k}")
+            raise SettingError(f"token reordering needs `topk` >= 2, got {k}")
         self.layers, self.topk, self.acc = layers, k, HeadAccumulator()
 
     def attention(self, layer: int, stats: AttentionStats) -> None:

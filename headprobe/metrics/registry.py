@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from headprobe.core.errors import SettingError
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.erank import ERANK, ErankCollector
 from headprobe.metrics.passes import Collector
@@ -152,5 +153,5 @@ def get_metrics(names: Sequence[str]) -> list[Metric]:
     """The metrics called ``names`` (in the given order); raises naming the unknown ones and the choices."""
     unknown = [n for n in names if n not in METRICS]
     if unknown:
-        raise ValueError(f"unknown metric(s) {unknown}; choose from {', '.join(METRICS)}")
+        raise SettingError(f"unknown metric(s) {unknown}; choose from {', '.join(METRICS)}")
     return [METRICS[n] for n in names]

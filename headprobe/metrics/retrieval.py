@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from headprobe.core.choice import Choice
 from headprobe.metrics.attention import HEAD_COLUMNS
-from headprobe.model.config import Choice, LayerInfo
+from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
 from headprobe.probe.base import DecodeProbe, ProbedModel
 from headprobe.results import Column, Schema

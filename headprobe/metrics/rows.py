@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headprobe.model.config import Choice
+from headprobe.core.choice import Choice
+from headprobe.core.errors import SettingError
 
 
 class RowKind(Choice, what="row selection"):
@@ -35,7 +36,7 @@ class Rows:
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", RowKind(self.kind))
         if self.kind is not RowKind.ALL and (not isinstance(self.n, int) or self.n < 1):
-            raise ValueError(f"`rows` {self.kind.value}:{self.n}: N must be a positive integer")
+            raise SettingError(f"`rows` {self.kind.value}:{self.n}: N must be a positive integer")
 
     @classmethod
     def parse(cls, spec: str | Rows | None) -> Rows:
@@ -46,7 +47,7 @@ class Rows:
             return cls()
         m = _SPEC.match(spec.strip())
         if not m:
-            raise ValueError(f"`rows` {spec!r}: expected all, last:N or stride:N (N a positive integer)")
+            raise SettingError(f"`rows` {spec!r}: expected all, last:N or stride:N (N a positive integer)")
         if m.group(1) == "all":
             return cls()
         return cls(RowKind.LAST, int(m.group(2))) if m.group(2) else cls(RowKind.STRIDE, int(m.group(3)))

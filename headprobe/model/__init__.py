@@ -1,6 +1,6 @@
 """The head-shape model family: configuration, presets, the Transformer, attention, checkpoints, costs.
 
-This package imports nothing else of headprobe but the dependency-free ``headprobe.cleanup`` (what an
+This package imports nothing else of headprobe but the dependency-free ``headprobe.core.cleanup`` (what an
 interrupted process must undo, used by ``atomic.folder_lock``); the trainer, the probes and the
 analyses build on it.
 

@@ -41,13 +41,14 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.model.config import Backend
 from headprobe.model.masks import CausalMask, KeyPadding
 
 MAX_PADDED_Q_LEN = 64
 
 
-class AttentionBackendError(RuntimeError):
+class AttentionBackendError(HeadprobeError, RuntimeError):
     """The requested backend cannot run these inputs; the message names the limit and an alternative."""
 
 

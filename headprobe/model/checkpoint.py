@@ -1,7 +1,7 @@
 """Model checkpoints: a folder with ``config.json``, ``model.safetensors`` and, unless the tokenizer is
 the byte tokenizer, ``tokenizer.json``.
 
-The folder is written atomically (see :mod:`headprobe.model.atomic`): a crash leaves the previous checkpoint
+The folder is written atomically (see :mod:`headprobe.core.atomic`): a crash leaves the previous checkpoint
 or none, never a half-written one. Each tensor's CRC-32 is stored in the safetensors metadata, so a
 file whose bytes were damaged after writing is caught on load, not silently used. So is the tokenizer the
 model was saved with (the byte tokenizer, or the SHA-256 and size of ``tokenizer.json`` as written): a
@@ -21,7 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from headprobe.model.atomic import atomic_directory
+from headprobe.core.atomic import atomic_directory
+from headprobe.core.errors import HeadprobeError
 from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
@@ -39,7 +40,7 @@ TOKENIZER_KEY = "tokenizer"
 BYTE_KIND, FILE_KIND = "byte", TOKENIZER_FILE
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(HeadprobeError, RuntimeError):
     """A checkpoint folder is missing, incomplete, corrupted or does not match its config."""
 
 

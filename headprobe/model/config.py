@@ -13,28 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.paths import not_a
-
-
-class Choice(str, Enum):
-    """A typed choice among named values (a ``str`` enum): it prints and compares as its value
-    (``LayerType.FULL == "full"``), and an unknown value raises a ``ValueError`` naming the choices.
-    ``class Backend(Choice, what="attention backend")`` says what the value chooses, for that message."""
-
-    def __init_subclass__(cls, what: str | None = None, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._label = what or cls.__name__.lower()
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def _missing_(cls, value: object) -> Choice:
-        raise ValueError(f"unknown {cls._label} {value!r}; choose one of {', '.join(m.value for m in cls)}")
+from headprobe.core.choice import Choice
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import not_a
 
 
 class LayerType(Choice, what="layer type"):
@@ -56,7 +40,7 @@ class Backend(Choice, what="attention backend"):
     TRITON = "triton"
 
 
-class ConfigError(ValueError):
+class ConfigError(HeadprobeError, ValueError):
     """A configuration value is out of range or inconsistent; the message names the field and the fix."""
 
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.model.attention import attention
 from headprobe.model.config import Backend, LayerType
 from headprobe.model.masks import CausalMask, KeyPadding
 
 
-class ProbeError(ValueError):
+class ProbeError(HeadprobeError, ValueError):
     """A probe was attached to a call it cannot see correctly (e.g. a left-padded batch)."""
 
 

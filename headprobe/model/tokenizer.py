@@ -13,7 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
-from headprobe.model.paths import not_a
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import not_a
+
+
+class TokenizerError(HeadprobeError, ValueError):
+    """A tokenizer file that cannot be read as one."""
 
 
 @runtime_checkable
@@ -111,7 +116,7 @@ class HFTokenizer:
         try:
             self._tok = _Tok.from_file(str(path))
         except Exception as err:  # tokenizers raises a bare Exception subclass
-            raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from None
+            raise TokenizerError(f"{path} is not a valid tokenizer.json: {err}") from None
         self.path = path
         self.name = str(path)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)

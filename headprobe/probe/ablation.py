@@ -23,7 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headprobe.model.config import Choice, LayerInfo
+from headprobe.core.choice import Choice
+from headprobe.core.errors import HeadprobeError
+from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall, Seam
 
 
@@ -34,7 +36,7 @@ class AblationMode(Choice, what="ablation mode"):
     MEAN = "mean"
 
 
-class AblationError(ValueError):
+class AblationError(HeadprobeError, ValueError):
     """Heads that the model does not have, or an ablation that cannot run as asked; the message says which."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from headprobe.core.errors import SettingError
 from headprobe.model.budget import MemoryEstimate, kv_cache_bytes, pass_memory
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
@@ -252,7 +253,7 @@ class ProbedModel:
     def check_length(self, length: int) -> None:
         """Raise when ``length`` tokens exceed the model's positions."""
         if self.max_positions is not None and length > self.max_positions:
-            raise ValueError(
+            raise SettingError(
                 f"{self.name}: {length:,} tokens exceed the model's {self.max_positions:,} positions; use shorter "
                 "`lengths` (or raise the model's position limit if it extrapolates)"
             )

@@ -9,7 +9,7 @@ That takes tens of seconds, so it happens once per file *content*:
         tokenizer_config.json  chat_template.jinja  source.json
 
 ``source.json`` records the file it came from (name, size, SHA-256) and the transformers version that
-converted it. The folder is written atomically (:func:`headprobe.model.atomic.atomic_directory`) under
+converted it. The folder is written atomically (:func:`headprobe.core.atomic.atomic_directory`) under
 a lock, so concurrent runs convert once and a killed run leaves nothing that looks finished.
 
 Bad inputs are refused before any conversion, from the header alone (:func:`check_gguf`): a missing
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.atomic import atomic_directory
+from headprobe.core.atomic import atomic_directory
 from headprobe.probe.errors import ModelLoadError
 from headprobe.probe.hf import quiet_transformers
 from headprobe.text.toy_tokenizer import cache_dir

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
 from headprobe.probe.base import ProbedModel
 from headprobe.probe.errors import ModelLoadError
@@ -31,7 +32,7 @@ def parse_dtype(name: str | None) -> torch.dtype | None:
     if name is None:
         return None
     if name not in DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+        raise SettingError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
     return DTYPES[name]
 
 
@@ -96,7 +97,7 @@ def trained_positions(path: str | Path) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-class BeyondTrainedError(ValueError):
+class BeyondTrainedError(HeadprobeError, ValueError):
     """Lengths beyond what a model was trained on, asked for without ``allow_beyond_trained``."""
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from headprobe.core.errors import SettingError
 from headprobe.model.kernels.runtime import unsupported_device
 from headprobe.model.masks import CausalMask
 from headprobe.stats.tiles import NEG, TileKernel, Tiles, tile_kernel
@@ -178,7 +179,7 @@ def attention_stats(
     if fused:
         why = unsupported_device(q.device, q.dtype)
         if why is not None:
-            raise ValueError(f"tiles='triton' cannot run here: {why}; or use tiles='auto'")
+            raise SettingError(f"tiles='triton' cannot run here: {why}; or use tiles='auto'")
     scale = dim**-0.5 if scale is None else scale
     pass_ = _Pass(
         q=q,

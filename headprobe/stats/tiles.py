@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from headprobe.model.config import Choice
+from headprobe.core.choice import Choice
 
 COMPILE_THRESHOLD = 1 << 22  # rows x keys (e.g. 2K x 2K)
 NEG = -1e30  # stands in for -inf on masked scores: exp underflows to 0 and products stay finite

@@ -26,11 +26,11 @@ from typing import Any
 import pandas as pd
 
 from headprobe.analysis import AnalyzeSettings, analyze
+from headprobe.core.atomic import atomic_write_text
 from headprobe.evals.ruler.evaluate import RulerSettings
 from headprobe.evals.ruler.evaluate import evaluate_many as ruler_many
 from headprobe.evals.shortctx.evaluate import ShortCtxSettings
 from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
-from headprobe.model.atomic import atomic_write_text
 from headprobe.model.checkpoint import load_checkpoint
 from headprobe.results import Schema, read_table, table_path, write_table
 from headprobe.runs import Parts, Progress, RunReport, Silent, checkpoint_name, resume_key, table_meta

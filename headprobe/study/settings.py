@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.text.probes import Probe
 
 
-class StudyError(ValueError):
+class StudyError(HeadprobeError, ValueError):
     """Bad study settings; the message names the setting (in backticks)."""
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headprobe.model.paths import read_utf8
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import read_utf8
 
 
-class TextFileError(ValueError):
+class TextFileError(HeadprobeError, ValueError):
     """A text file that is missing, not UTF-8, or empty."""
 
 

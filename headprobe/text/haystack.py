@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
-from headprobe.model.paths import read_utf8
+from headprobe.core.paths import read_utf8
 from headprobe.text.corpus import documents
+from headprobe.text.files import TextFileError
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -36,7 +37,7 @@ def haystack_sentences(seed: int = 0, files: list[Path] | None = None, prose_onl
             texts.append(read_utf8(f, "haystack file", FileNotFoundError))
         sentences = [s for t in texts for s in split_sentences(t)]
         if not sentences:
-            raise ValueError("the haystack files hold no text")
+            raise TextFileError("the haystack files hold no text")
         while True:
             yield from sentences
     for _, text in documents(seed, mixture=PROSE_ONLY if prose_only else None):

@@ -18,12 +18,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.text.haystack import haystack_sentences
 from headprobe.text.prompt_format import PLAIN, Wrapper
 from headprobe.text.tasks import Split, keys, needle_question
 
 QUESTION = "\nBased on the content of the book, Question: {question}"  # Wu et al.'s, after the haystack
 ANSWER_PREFIX = "\nAnswer:"
+
+
+class NeedleError(HeadprobeError, ValueError):
+    """A needle set or needle file that cannot be used, or a length too short for a needle."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +113,7 @@ def needle_set(name: str) -> tuple[Needle, ...]:
         return NEEDLE_SETS[name]
     if name.endswith((".jsonl", ".json")) or Path(name).is_file():
         return read_needles(name)
-    raise ValueError(f"unknown `needles` {name!r}; choose one of {', '.join(NEEDLE_SETS)} or a .jsonl file of needles")
+    raise NeedleError(f"unknown `needles` {name!r}; choose one of {', '.join(NEEDLE_SETS)} or a .jsonl file of needles")
 
 
 NEEDLE_FIELDS = ("before", "answer", "after", "question")
@@ -124,7 +129,7 @@ def read_needles(path: str | Path) -> tuple[Needle, ...]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"`needles` {path}: cannot read it as UTF-8 text ({err})") from None
+        raise NeedleError(f"`needles` {path}: cannot read it as UTF-8 text ({err})") from None
     out = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -132,15 +137,15 @@ def read_needles(path: str | Path) -> tuple[Needle, ...]:
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"`needles` {path}:{number} is not JSON ({err.msg})") from None
+            raise NeedleError(f"`needles` {path}:{number} is not JSON ({err.msg})") from None
         missing = [f for f in NEEDLE_FIELDS if not isinstance(raw, dict) or not isinstance(raw.get(f), str)]
         if missing or not raw["answer"].strip():
             what = ", ".join(missing) or "a non-empty answer"
-            raise ValueError(f"`needles` {path}:{number} lacks {what}; each line needs {', '.join(NEEDLE_FIELDS)}")
+            raise NeedleError(f"`needles` {path}:{number} lacks {what}; each line needs {', '.join(NEEDLE_FIELDS)}")
         extra = {k: raw[k] for k in ("prompt", "answer_prefix", "chat_prefix") if isinstance(raw.get(k), str)}
         out.append(Needle(*(raw[f] for f in NEEDLE_FIELDS), **extra))
     if not out:
-        raise ValueError(f"`needles` {path} holds no needle")
+        raise NeedleError(f"`needles` {path} holds no needle")
     return tuple(out)
 
 
@@ -191,7 +196,7 @@ def needle_prompt(
     prefix = needle.prefix(wrapper)
     fixed = len(bos) + len(tokenizer.encode(wrapper.wrap(" " + needle.sentence + suffix, prefix)))
     if length - fixed < 1:
-        raise ValueError(f"length {length} is too short for the needle and question ({fixed + 1} tokens)")
+        raise NeedleError(f"length {length} is too short for the needle and question ({fixed + 1} tokens)")
     sentences, used = [], 0
     for sentence in haystack_sentences(seed, files, prose_only=True):  # enough sentences, counted piece by piece
         sentences.append(" " + sentence)

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.text.tasks import Split, Task, TaskMix, TaskSettings
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ COPY_TOKENS = 8
 PROBE_SEED = 1_000_003  # examples no training seed draws
 
 
-class ProbeError(ValueError):
+class ProbeError(HeadprobeError, ValueError):
     """A probe that cannot be parsed; the message shows the expected form."""
 
 

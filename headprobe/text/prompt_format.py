@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from headprobe.model.config import Choice
+from headprobe.core.choice import Choice
+from headprobe.core.errors import HeadprobeError
 
 SLOT = "{task_template}"
 
@@ -35,7 +36,7 @@ class PromptFormat(Choice, what="prompt format"):
     PLAIN = "plain"
 
 
-class PromptFormatError(ValueError):
+class PromptFormatError(HeadprobeError, ValueError):
     """A prompt format that cannot be used with this model; the message names the fix."""
 
 

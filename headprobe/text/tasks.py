@@ -36,9 +36,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
-from headprobe.model.config import Choice
+from headprobe.core.choice import Choice
+from headprobe.core.errors import HeadprobeError
 from headprobe.text.corpus import Writer
 from headprobe.text.wordlists import words
+
+
+class TaskError(HeadprobeError, ValueError):
+    """Task settings or a task mix (``tasks``) that cannot be used."""
 
 
 class Task(Choice, what="task"):
@@ -87,9 +92,9 @@ class TaskSettings:
         for name in ("distance", "segment", "pairs"):
             lo, hi = getattr(self, name)
             if not 0 <= lo <= hi:
-                raise ValueError(f"`{name}` ({lo}, {hi}) must be a range 0 <= min <= max")
+                raise TaskError(f"`{name}` ({lo}, {hi}) must be a range 0 <= min <= max")
         if self.pairs[0] < 1 or self.queries < 1:
-            raise ValueError("a task needs at least one pair and one query")
+            raise TaskError("a task needs at least one pair and one query")
         object.__setattr__(self, "split", Split(self.split))
 
 
@@ -251,7 +256,7 @@ class TaskMix:
     def __post_init__(self) -> None:
         weights = {Task(k): float(v) for k, v in self.weights.items()}
         if not weights or min(weights.values()) < 0 or sum(weights.values()) <= 0:
-            raise ValueError("a task mix needs non-negative weights that are not all zero")
+            raise TaskError("a task mix needs non-negative weights that are not all zero")
         object.__setattr__(self, "weights", weights)
 
     @classmethod
@@ -263,7 +268,7 @@ class TaskMix:
             try:
                 weights[Task(name.strip())] = float(weight) if weight else 1.0
             except ValueError as err:
-                raise ValueError(f"`tasks` {spec!r}: {err}") from None
+                raise TaskError(f"`tasks` {spec!r}: {err}") from None
         return cls(weights, settings or TaskSettings())
 
     def describe(self) -> dict[str, object]:

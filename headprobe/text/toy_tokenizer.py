@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from headprobe.model.atomic import atomic_write_text
+from headprobe.core.atomic import atomic_write_text
 from headprobe.model.presets import TOY_VOCAB_SIZE
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 

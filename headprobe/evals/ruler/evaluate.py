@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from headprobe.core.ranks import Ranks
 from headprobe.evals.ruler.generate import CweRule, Fit, RulerError, RulerGenerator
 from headprobe.evals.ruler.predictions import Predictions
 from headprobe.evals.ruler.samples import qa_file_kinds, read_samples, skip_warnings, skipped_tasks
@@ -35,7 +36,6 @@ from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate,
 from headprobe.evals.ruler.tasks import TASKS, Task, resolve_tasks
 from headprobe.evals.ruler.templates import BASE_WRAPPER
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.ranks import Ranks
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
     USABLE,

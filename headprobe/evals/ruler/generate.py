@@ -44,10 +44,11 @@ from typing import Any
 
 import numpy as np
 
+from headprobe.core.choice import Choice
+from headprobe.core.errors import HeadprobeError
 from headprobe.evals.ruler import templates as T
 from headprobe.evals.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squad
 from headprobe.evals.ruler.tasks import TASKS, Task
-from headprobe.model.config import Choice
 from headprobe.text.corpus import Writer
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.haystack import split_sentences
@@ -55,7 +56,7 @@ from headprobe.text.prompt_format import PLAIN, Wrapper
 from headprobe.text.wordlists import shipped
 
 
-class RulerError(ValueError):
+class RulerError(HeadprobeError, ValueError):
     """A task cannot be generated as asked (unknown task, length too short, missing file)."""
 
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from headprobe.core.atomic import atomic_write_text
 from headprobe.evals.ruler.generate import RulerError
-from headprobe.model.atomic import atomic_write_text
 
 CLAIM = "run.json"
 

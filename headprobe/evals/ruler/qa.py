@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from headprobe.model.paths import read_utf8
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import read_utf8
 from headprobe.text.wordlists import words
 
 
@@ -47,7 +48,7 @@ class QASet:
         return cache[i]
 
 
-class QAFileError(ValueError):
+class QAFileError(HeadprobeError, ValueError):
     """A QA file is missing or not in the expected original format."""
 
 
@@ -207,4 +208,4 @@ def builtin_qa(kind: str, n_questions: int = 1000, seed: int = 0) -> QASet:
             q, field = templates[i % len(templates)]
             questions.append(Question(q.format(name=p["name"], job=p["job"]), (t[field],), (2 * i, 2 * i + 1)))
         return QASet(doc, size, questions, "builtin:generated two-hop (hotpotqa-style)")
-    raise ValueError(f"unknown QA kind {kind!r}; choose squad or hotpotqa")
+    raise QAFileError(f"unknown QA kind {kind!r}; choose squad or hotpotqa")

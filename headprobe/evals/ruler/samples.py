@@ -7,8 +7,8 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
+from headprobe.core.paths import not_a, read_utf8
 from headprobe.evals.ruler.generate import RulerError
-from headprobe.model.paths import not_a, read_utf8
 from headprobe.text.jsonl import jsonl_records
 
 SAMPLE_FIELDS = {"index", "input", "outputs", "length", "answer_prefix", "task"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from headprobe.model.config import Choice
+from headprobe.core.choice import Choice
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
 

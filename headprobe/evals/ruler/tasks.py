@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from headprobe.core.errors import SettingError
 from headprobe.evals.ruler.scoring import Scorer
 
 Family = Literal["niah", "vt", "cwe", "fwe", "qa"]
@@ -88,5 +89,5 @@ def resolve_tasks(spec: str | list[str]) -> list[Task]:
     names = spec if isinstance(spec, list) else [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in TASKS and n not in GROUPS]
     if unknown or not names:
-        raise ValueError(f"unknown RULER task(s) {unknown or names} in `tasks`; choose {TASKS_HELP}")
+        raise SettingError(f"unknown RULER task(s) {unknown or names} in `tasks`; choose {TASKS_HELP}")
     return [TASKS[n] for n in dict.fromkeys(t for name in names for t in GROUPS.get(name, (name,)))]

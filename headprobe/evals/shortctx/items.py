@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headprobe.model.paths import read_utf8
+from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import read_utf8
 from headprobe.text.jsonl import jsonl_records
 from headprobe.text.wordlists import words
 
 
-class ShortCtxError(ValueError):
+class ShortCtxError(HeadprobeError, ValueError):
     """A task file is missing or not in the expected format."""
 
 

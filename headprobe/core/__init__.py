@@ -1,0 +1,13 @@
+"""The foundation layer: what every other package builds on, importing nothing else of headprobe (and not
+torch), so the trainer, the figures and every layer above the model can use it.
+
+==========  ===========================================================================================
+errors      ``HeadprobeError``, the base of every error raised on purpose; ``SettingError``
+choice      ``Choice``: typed choices among named values (``str`` enums), one message for an unknown value
+atomic      atomic files and folders, ``folder_lock`` (one writer per folder), the sweep of what killed
+            writers left behind
+cleanup     ``CLEANUPS``: what an interrupted process must undo even when ended outright
+paths       ``not_a`` (a path of the wrong kind, said plainly), ``read_utf8``
+ranks       ``Ranks``: splitting work over the processes ``torchrun`` started
+==========  ===========================================================================================
+"""
