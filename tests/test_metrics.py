@@ -51,13 +51,16 @@ def test_effective_rank_matches_numpy_svd(shape, rank):
     x = rng.normal(size=(shape[0], rank)) @ rng.normal(size=(rank, shape[1])) + 3.0  # offset: centring matters
     for center in (True, False):
         assert effective_rank(torch.tensor(x), center=center) == pytest.approx(numpy_erank(x, center), rel=1e-6)
-    assert 1.0 <= effective_rank(torch.tensor(x)) <= rank + 1e-6
+    assert 1.0 <= effective_rank(torch.tensor(x), center=True) <= rank + 1e-6
+    # the default is the documented definition (docs/metrics.md) and the tables' `value`: not centred
+    assert effective_rank(torch.tensor(x)) == pytest.approx(numpy_erank(x, center=False), rel=1e-6)
+    assert effective_rank(torch.tensor(x)) != pytest.approx(numpy_erank(x, center=True), rel=1e-3)
 
 
 def test_effective_rank_hand_worked():
     # singular values 3 and 1: p = (3/4, 1/4), erank = exp(-(3/4 ln 3/4 + 1/4 ln 1/4))
     x = torch.tensor([[3.0, 0.0], [0.0, 1.0]])
-    assert effective_rank(x, center=False) == pytest.approx(math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))))
+    assert effective_rank(x) == pytest.approx(math.exp(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25))))
 
 
 def brute_kendall(keys: list[tuple[int, float]]) -> float:

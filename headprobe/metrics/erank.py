@@ -36,9 +36,11 @@ def _erank_from_gram(gram: Tensor) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
-def effective_rank(x: Tensor, center: bool = True) -> float:
+def effective_rank(x: Tensor, center: bool = False) -> float:
     """Roy & Vetterli's effective rank of ``x [N, D]``: ``exp(H(p))`` with ``p = sigma / sum(sigma)``,
-    from the ``D x D`` Gram matrix (so ``N`` may be large); ``center`` subtracts the mean row first."""
+    from the ``D x D`` Gram matrix (so ``N`` may be large). As documented (docs/metrics.md) and as the
+    tables' ``value``, the stream is not centred; ``center`` subtracts the mean row first (the tables'
+    ``centered``)."""
     x = x.double()
     if center:
         x = x - x.mean(0, keepdim=True)
