@@ -12,7 +12,7 @@ import torch
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
-from headprobe.text.probes import Probe, ProbeError, answer_loss, run_probe
+from headprobe.text.probes import Probe, TaskProbeError, answer_loss, run_probe
 from headprobe.text.tasks import Task
 from trainer.config import TrainConfig, TrainError
 from trainer.curriculum import Curriculum, CurriculumSource, CurriculumState
@@ -183,7 +183,7 @@ def test_probe_prompts_end_where_the_answer_begins_and_score_exact_answers():
             return torch.tensor([tok.encode(f" {value if self.right else '0000'}")[:n]])
 
     assert run_probe(Oracle(True), tok, probe) == 1.0 and run_probe(Oracle(False), tok, probe) == 0.0
-    with pytest.raises(ProbeError, match="task@distance"):
+    with pytest.raises(TaskProbeError, match="task@distance"):
         Probe.parse("needle")
 
 

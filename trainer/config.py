@@ -8,6 +8,7 @@ Imports nothing heavy (no torch), so the command line builds quickly.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -164,6 +165,9 @@ _ENUM_FIELDS: dict[str, type[Enum]] = {
 }
 
 RESULT_FILE = "result.json"
+
+# how long work tells its count: (units done, units in all, one-line status); a progress bar's `report`
+ReportCount = Callable[[int, int, str], None]
 
 
 @dataclass

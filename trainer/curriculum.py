@@ -52,7 +52,7 @@ import numpy as np
 
 from headprobe.core.paths import read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
-from headprobe.text.probes import Probe, ProbeError
+from headprobe.text.probes import Probe, TaskProbeError
 from headprobe.text.tasks import TaskMix, TaskSettings
 from trainer.config import TrainError
 from trainer.data import Batch, PackedSequences, collate
@@ -117,7 +117,7 @@ class Curriculum:
         for spec in {advance.get("probe"), *level_probe} - {None}:
             try:
                 Probe.parse(spec)
-            except ProbeError as err:
+            except TaskProbeError as err:
                 raise TrainError(f"{where}: advance {err}") from None
         every = int(advance.get("every", 0))
         if probing and every < 1:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,12 @@ from headprobe.core.paths import not_a, read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.jsonl import jsonl_records
 from headprobe.text.tasks import TaskMix
+from trainer.config import ReportCount
 
 MANIFEST = "manifest.json"
 FORMAT = "headprobe-tokens-1"
 SHARD_TOKENS = 1 << 24  # 16M tokens per shard
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
-Progress = Callable[[int, int, str], None]  # (units done, units in all, what is being done)
 
 
 class DataError(HeadprobeError, ValueError):
@@ -297,7 +297,7 @@ def prepare(
     out: str | Path,
     dtype: str = "auto",
     shard_tokens: int = SHARD_TOKENS,
-    progress: Progress | None = None,
+    progress: ReportCount | None = None,
 ) -> Manifest:
     """Tokenise ``sources`` (text, JSONL or Parquet files) into a new data folder ``out`` (atomically);
     ``progress(files done, files, what)`` hears of each file."""
@@ -329,7 +329,7 @@ def synth(
     seed: int = 0,
     dtype: str = "auto",
     shard_tokens: int = SHARD_TOKENS,
-    progress: Progress | None = None,
+    progress: ReportCount | None = None,
     tasks: TaskMix | None = None,
 ) -> Manifest:
     """Write at least ``tokens`` tokens to ``out``: the built-in corpus (:mod:`headprobe.text.corpus`), or

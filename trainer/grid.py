@@ -48,7 +48,7 @@ from headprobe.core.atomic import atomic_write_text
 from headprobe.core.cleanup import CLEANUPS
 from headprobe.core.paths import read_utf8
 from headprobe.model.presets import list_presets
-from trainer.config import RESULT_FILE, TrainConfig, TrainError, TrainResult
+from trainer.config import RESULT_FILE, ReportCount, TrainConfig, TrainError, TrainResult
 from trainer.train import train
 
 _RUN_KEYS = {"stage", "from", "like"}
@@ -248,7 +248,7 @@ def _chain_worker(args: tuple) -> tuple[list[dict[str, Any]], bool]:
     return _run_chain(*args, run_stage=_train_reporting, log=lambda message: print(message, flush=True))
 
 
-def _relay(steps: Any, planned: dict[str, int], on_step: Callable[[int, int, str], None]) -> None:
+def _relay(steps: Any, planned: dict[str, int], on_step: ReportCount) -> None:
     """In the grid's process, while its workers train: one count over every run still to train (``planned``:
     run folder -> its steps), ``on_step(steps done, steps in all, status)`` after each step of any worker, so
     that the phase's progress and ETA cover all chains at once. Ends at a ``None``."""
@@ -262,7 +262,7 @@ def _relay(steps: Any, planned: dict[str, int], on_step: Callable[[int, int, str
 @contextlib.contextmanager
 def _step_relay(
     context: Any, plan: Recipe, runs: Path, chains: list[tuple[int, str]], order: list[str],
-    overrides: dict[str, Any] | None, on_step: Callable[[int, int, str], None] | None,
+    overrides: dict[str, Any] | None, on_step: ReportCount | None,
 ) -> Iterator[Any]:  # fmt: skip
     """The queue a parallel grid's workers tell their steps to, relayed to ``on_step`` as one count over every
     run still to train (:func:`_relay`) until the block ends; ``None`` without ``on_step``."""
@@ -341,7 +341,7 @@ def run_grid(
     run_stage: Callable[[TrainConfig], TrainResult] = train,
     log: Callable[[str], None] = print,
     jobs: int = 1,
-    on_step: Callable[[int, int, str], None] | None = None,
+    on_step: ReportCount | None = None,
 ) -> dict[str, Any]:
     """Run (or continue) the grid; returns the manifest (with ``"interrupted": True`` when a run was).
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from headprobe.core.errors import HeadprobeError
 from headprobe.text.tasks import TaskMix
-from trainer.config import TrainConfig, TrainResult
-from trainer.data import Progress, check_new_folder
+from trainer.config import ReportCount, TrainConfig, TrainResult
+from trainer.data import check_new_folder
 
 
 class TrainerPlugin:
@@ -31,7 +31,7 @@ class TrainerPlugin:
     headprobe's own (the trainer's, an unknown preset, not a checkpoint, an unusable attention backend ...:
     one base, importable without torch), and a missing file."""
 
-    def train(self, cfg: TrainConfig, on_step: Callable[[int, int, str], None] | None = None) -> TrainResult:
+    def train(self, cfg: TrainConfig, on_step: ReportCount | None = None) -> TrainResult:
         from trainer.train import train
 
         return train(cfg, on_step)
@@ -46,7 +46,7 @@ class TrainerPlugin:
         profile: str | None = None,
         overrides: dict[str, Any] | None = None,
         log: Callable[[str], None] = print,
-        on_step: Callable[[int, int, str], None] | None = None,
+        on_step: ReportCount | None = None,
         jobs: int = 1,
     ) -> dict[str, Any]:
         """Train a recipe's grid (:func:`trainer.grid.run_grid`); returns the manifest. ``on_step(step,
@@ -84,7 +84,7 @@ class TrainerPlugin:
         tokenizer: str,
         out: Path,
         dtype: str,
-        progress: Progress | None,
+        progress: ReportCount | None,
         overwrite: bool = False,
     ):
         """Tokenise ``sources`` into the new data folder ``out``; an existing ``out`` is refused unless
@@ -101,7 +101,7 @@ class TrainerPlugin:
         out: Path,
         tokenizer: str,
         seed: int,
-        progress: Progress | None,
+        progress: ReportCount | None,
         tasks: TaskMix | None = None,
         overwrite: bool = False,
     ):

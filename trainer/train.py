@@ -18,7 +18,6 @@ import json
 import math
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,9 @@ from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.text.probes import Probe, ProbeError, answer_loss, run_probe
+from headprobe.text.probes import Probe, TaskProbeError, answer_loss, run_probe
 from trainer import train_state
-from trainer.config import RESULT_FILE, Parallel, Precision, Stage, TrainConfig, TrainError, TrainResult
+from trainer.config import RESULT_FILE, Parallel, Precision, ReportCount, Stage, TrainConfig, TrainError, TrainResult
 from trainer.curriculum import CurriculumSource, CurriculumState
 from trainer.distributed import World, all_reduce_sum, init_world, shutdown, wrap
 from trainer.interrupt import interrupt_flag
@@ -42,8 +41,6 @@ from trainer.mfu import mfu, peak_flops
 from trainer.optim import Schedule, build_optimizer
 from trainer.setup import apply_freeze, data_source, model_and_tokenizer, tokenizer_sha256, tokenizer_spec
 from trainer.train_state import list_steps
-
-StepCallback = Callable[[int, int, str], None]  # (steps done, total steps, one-line status)
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ class Trainer:
     :meth:`train_step` runs one optimizer step, :meth:`run` loops with logging, step checkpoints and safe
     interruption, then writes ``final/``. ``on_step`` (main process only) hears of every step."""
 
-    def __init__(self, cfg: TrainConfig, world: World, on_step: StepCallback | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, world: World, on_step: ReportCount | None = None) -> None:
         self.cfg, self.world, self.out = cfg, world, Path(cfg.out)
         self.on_step = on_step if world.is_main else None
 
@@ -171,7 +168,7 @@ class Trainer:
         self.probe_every = self.cfg.probe_every or (curriculum.probe_every if curriculum else 0)
         try:
             return [Probe.parse(n) for n in names if n.strip()]
-        except ProbeError as err:
+        except TaskProbeError as err:
             raise TrainError(str(err)) from None
 
     def _write_config(self) -> None:
@@ -321,7 +318,7 @@ class Trainer:
         return result
 
 
-def train(cfg: TrainConfig, on_step: StepCallback | None = None) -> TrainResult:
+def train(cfg: TrainConfig, on_step: ReportCount | None = None) -> TrainResult:
     """Run one stage; see the module docstring. Safe to interrupt (Ctrl-C / SIGTERM save and stop)."""
     if cfg.threads is not None and cfg.threads < 1:
         raise TrainError("`threads` must be >= 1")

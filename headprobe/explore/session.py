@@ -4,7 +4,7 @@
 queries ``[heads, L, qk_dim]`` and keys ``[kv_heads, L, qk_dim]`` (memory linear in ``L``; nothing
 ``L x L`` exists at any time). Everything the explorer shows is computed from them on demand:
 
-* per-head metrics (:data:`METRICS`): means over a row selection of the exact streaming statistics
+* per-head metrics (:data:`HEAD_METRIC_LABELS`): means over a row selection of the exact streaming statistics
   (:func:`headprobe.stats.attention_stats`), the needle-span mass at the question rows, and the
   retrieval (copy) score of the generated answer (:func:`headprobe.metrics.retrieval.copy_scores`);
 * map tiles (:mod:`headprobe.explore.pooling`), cached; the first tile of a row band computes the
@@ -40,8 +40,8 @@ from headprobe.results import collect, results_of
 from headprobe.runs import MemoryBudget, Progress, Silent, require_fits
 from headprobe.stats import attention_stats
 
-# per-head metrics: name -> (label, description)
-METRICS = {
+# per-head metrics: name -> (label, description); the metrics themselves: headprobe.metrics.METRICS
+HEAD_METRIC_LABELS = {
     "entropy": ("entropy (nats)", "mean attention entropy over the analysed rows"),
     "norm_entropy": ("normalised entropy", "mean of entropy / log(visible keys)"),
     "max_prob": ("max probability", "mean largest attention probability"),
@@ -402,7 +402,8 @@ class ModelView:
                 for info in self.layers
             ],
             "metrics": {
-                m: list(METRICS.get(m, (m, f"{m.split(':', 1)[-1]} from the results folder"))) for m in self.metrics
+                m: list(HEAD_METRIC_LABELS.get(m, (m, f"{m.split(':', 1)[-1]} from the results folder")))
+                for m in self.metrics
             },
             "rows": str(self.rows),
         }

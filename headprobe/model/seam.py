@@ -25,8 +25,8 @@ from headprobe.model.config import Backend, LayerType
 from headprobe.model.masks import CausalMask, KeyPadding
 
 
-class ProbeError(HeadprobeError, ValueError):
-    """A probe was attached to a call it cannot see correctly (e.g. a left-padded batch)."""
+class SeamError(HeadprobeError, ValueError):
+    """Probes attached to a call they cannot see correctly (e.g. a left-padded batch)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class Seam:
         ``[batch, heads, q_len, v_dim]``, changed by the open interventions (:meth:`intervene`)."""
         if self._probes:
             if call.padding is not None:
-                raise ProbeError("probes see one unpadded sequence: decode probed samples one at a time")
+                raise SeamError("probes see one unpadded sequence: decode probed samples one at a time")
             for probe in list(self._probes):
                 probe(call)
         out = attention(

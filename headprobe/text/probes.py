@@ -29,7 +29,7 @@ COPY_TOKENS = 8
 PROBE_SEED = 1_000_003  # examples no training seed draws
 
 
-class ProbeError(HeadprobeError, ValueError):
+class TaskProbeError(HeadprobeError, ValueError):
     """A probe that cannot be parsed; the message shows the expected form."""
 
 
@@ -45,11 +45,11 @@ class Probe:
     def parse(cls, spec: str) -> Probe:
         m = re.fullmatch(r"(\w+)@(\d+)", spec.strip())
         if not m:
-            raise ProbeError(f"probe {spec!r}: expected task@distance, e.g. needle@1000")
+            raise TaskProbeError(f"probe {spec!r}: expected task@distance, e.g. needle@1000")
         try:
             return cls(Task(m.group(1)), int(m.group(2)))
         except ValueError as err:
-            raise ProbeError(f"probe {spec!r}: {err}") from None
+            raise TaskProbeError(f"probe {spec!r}: {err}") from None
 
     @property
     def name(self) -> str:
