@@ -56,7 +56,16 @@ def test_benchmarks_import_the_installed_package():
     assert not edits, f"benchmarks edit sys.path: {edits}"
 
 
-@pytest.mark.parametrize("module", ["headprobe.model.config", "headprobe.model.presets", "trainer.config"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "headprobe.model.config",
+        "headprobe.model.presets",
+        "trainer.config",
+        "headprobe.analysis.settings",  # the command line builds analyze's options from it
+        "headprobe.evals.ruler.settings",  # and ruler eval's
+    ],
+)
 def test_light_modules_do_not_pull_in_torch(module):
     """`headprobe plan` and the CLI's option building import these; they must stay quick to import."""
     import subprocess

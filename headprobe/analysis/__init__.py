@@ -8,16 +8,24 @@ summary    ``analysis_summary``: the aggregates as a derived tidy table
 =========  ========================================================================================
 """
 
-from headprobe.analysis.job import analyze, analyze_checkpoint
-from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
-from headprobe.analysis.summary import ANALYSIS_SUMMARY, statistic, summarize
+from __future__ import annotations
 
-__all__ = [
-    "ANALYSIS_SUMMARY",
-    "AnalysisError",
-    "AnalyzeSettings",
-    "analyze",
-    "analyze_checkpoint",
-    "statistic",
-    "summarize",
-]
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "ANALYSIS_SUMMARY": "summary",
+    "AnalysisError": "settings",
+    "AnalyzeSettings": "settings",
+    "analyze": "job",
+    "analyze_checkpoint": "job",
+    "statistic": "summary",
+    "summarize": "summary",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # lazy: the command line builds its options from the settings without torch
+    if name in _EXPORTS:
+        return getattr(import_module(f"headprobe.analysis.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'headprobe.analysis' has no attribute {name!r}")

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headprobe.core.errors import HeadprobeError
-from headprobe.metrics import METRICS, Metric, Rows, get_metrics
-from headprobe.metrics.retrieval import Span
-from headprobe.probe import parse_dtype
-from headprobe.runs import repeated_lengths, resume_key
+from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, setting
 from headprobe.text.files import TextFileError, read_text_file
-from headprobe.text.needles import needle_set
 from headprobe.text.prompt_format import PromptFormat
+
+if TYPE_CHECKING:
+    from headprobe.metrics import Metric, Rows
+
+# the metric registry's names (headprobe.metrics.METRICS; a test holds them equal): the default, known
+# without importing the metrics (and torch), so that the command line builds its options quickly
+METRIC_NAMES = ("retrieval", "entropy", "reordering", "erank")
 
 MIN_LENGTH = 16
 
@@ -30,7 +33,8 @@ class AnalyzeSettings:
         metrics: names from :data:`headprobe.metrics.METRICS`.
         lengths: context lengths in tokens.
         samples: inputs per length: haystack texts for the pass metrics, needle prompts for retrieval.
-        rows: the query rows the pass metrics analyse (``Rows`` or its text form ``all``/``last:N``/``stride:N``).
+        rows: the query rows the pass metrics analyse, in the text form of ``Rows`` (``all``/``last:N``/``stride:N``;
+            a ``Rows`` is taken too).
         topk: top-k keys per row for token reordering.
         seed: haystack and needle placement seed.
         max_new_tokens: retrieval's decoding budget per sample.
@@ -45,40 +49,60 @@ class AnalyzeSettings:
             loading it); recorded with the results, not part of the resume key.
     """
 
-    metrics: list[str] = field(default_factory=lambda: list(METRICS))
-    lengths: list[int] = field(default_factory=lambda: [4096])
-    samples: int = 4
-    rows: Rows | str = field(default_factory=Rows)
-    topk: int = 16
-    seed: int = 0
-    max_new_tokens: int = 50
-    haystack: list[str] | None = None
-    needles: str = "builtin"
-    retrieval_span: str = "exact"
-    prompt_format: str = "auto"
-    dtype: str | None = None
-    allow_beyond_trained: bool = False
+    metrics: list[str] = setting(
+        factory=lambda: list(METRIC_NAMES), help="comma list of " + ",".join(METRIC_NAMES), form="names"
+    )
+    lengths: list[int] = setting(
+        factory=lambda: [4096], help="comma list of context lengths in tokens (4096,16k,128K)", form="lengths"
+    )
+    samples: int = setting(4, help="inputs per length (needle prompts for retrieval)")
+    rows: str = setting("all", help="query rows to analyse: all | last:N | stride:N")
+    topk: int = setting(16, help="top-k keys per row for token reordering")
+    seed: int = setting(0, help="haystack and needle placement seed")
+    max_new_tokens: int = setting(50, help="retrieval: decoding budget per sample")
+    haystack: list[str] | None = setting(
+        None, help="text files to use as haystack", flag="--haystack-file", form="paths"
+    )
+    needles: str = setting("builtin", help="retrieval's needle set: builtin | codes (the toy models') | a .jsonl file")
+    retrieval_span: str = setting(
+        "exact", help="retrieval: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)"
+    )
+    prompt_format: str = setting("auto", help=PROMPT_FORMAT_HELP)
+    dtype: str | None = setting(None, help=DTYPE_HELP)
+    allow_beyond_trained: bool = setting(
+        False, help="analyse lengths beyond what a model was trained on (refused otherwise)"
+    )
 
     def __post_init__(self) -> None:
+        from headprobe.metrics import Rows
+
         try:
-            self.rows = Rows.parse(self.rows)
+            self.rows = str(Rows.parse(self.rows))  # its text form; a Rows is taken too
         except ValueError as err:
             raise AnalysisError(str(err)) from None
 
     @property
     def row_selection(self) -> Rows:
-        assert isinstance(self.rows, Rows)
-        return self.rows
+        from headprobe.metrics import Rows
+
+        return Rows.parse(self.rows)
 
     @property
     def haystack_files(self) -> list[Path] | None:
         return [Path(f) for f in self.haystack] if self.haystack else None
 
     def chosen(self) -> list[Metric]:
+        from headprobe.metrics import get_metrics
+
         return get_metrics(self.metrics)
 
     def validate(self) -> None:
         """Raise :class:`AnalysisError` naming the first bad setting."""
+        from headprobe.metrics.retrieval import Span
+        from headprobe.probe import parse_dtype
+        from headprobe.runs import repeated_lengths
+        from headprobe.text.needles import needle_set
+
         try:
             parse_dtype(self.dtype)
             metrics = self.chosen()
@@ -108,12 +132,14 @@ class AnalyzeSettings:
             raise AnalysisError(f"token reordering needs `topk` >= {need}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready settings (``rows`` in its text form)."""
-        return {**asdict(self), "rows": str(self.rows)}
+        """JSON-ready settings."""
+        return asdict(self)
 
     def key(self, metric: Metric, length: int, checkpoint: Path, prompt_start: list[int]) -> dict[str, Any]:
         """The resume key of one (metric, length) item: what every metric depends on, plus the metric's own
         settings (:attr:`headprobe.metrics.PassMetric.settings`)."""
+        from headprobe.runs import resume_key
+
         values = self.to_dict()
         return resume_key(
             metric=metric.name,

@@ -8,8 +8,6 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import (
-    DTYPE_HELP,
-    PROMPT_FORMAT_HELP,
     check_counts,
     check_run,
     fail,
@@ -21,6 +19,7 @@ from headprobe.cli.common import (
     words,
 )
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP
 
 HEADS_HELP = (
     "a head set to ablate (repeat for several): top:K (the K best by retrieval score in --from), random:K (K "

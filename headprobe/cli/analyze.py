@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from headprobe.analysis.settings import AnalyzeSettings
 from headprobe.cli.common import (
-    DTYPE_HELP,
-    PROMPT_FORMAT_HELP,
     check_counts,
     check_run,
     fail,
     gib,
     resumable,
     say_error,
-    token_counts,
-    words,
+    settings_from,
+    with_settings,
 )
 from headprobe.core.errors import HeadprobeError
 
@@ -25,59 +24,25 @@ from headprobe.core.errors import HeadprobeError
 def analyze(
     ctx: typer.Context,
     checkpoints: Annotated[list[Path], typer.Argument(help="checkpoint folders (ours or local Hugging Face models)")],
-    metrics: Annotated[str, typer.Option(help="comma list of retrieval,entropy,reordering,erank")] = (
-        "retrieval,entropy,reordering,erank"
-    ),
-    lengths: Annotated[str, typer.Option(help="comma list of context lengths in tokens (4096,16k,128K)")] = "4096",
-    samples: Annotated[int, typer.Option(help="inputs per length (needle prompts for retrieval)")] = 4,
-    rows: Annotated[str, typer.Option(help="query rows to analyse: all | last:N | stride:N")] = "all",
-    topk: Annotated[int, typer.Option(help="top-k keys per row for token reordering")] = 16,
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/analyze"),
-    seed: int = 0,
-    max_new_tokens: Annotated[int, typer.Option(help="retrieval: decoding budget per sample")] = 50,
-    haystack: Annotated[
-        list[Path] | None, typer.Option("--haystack-file", help="text files to use as haystack")
-    ] = None,
-    needles: Annotated[str, typer.Option(help="retrieval's needle set: builtin | codes (the toy models')")] = "builtin",
-    retrieval_span: Annotated[
-        str, typer.Option(help="retrieval: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)")
-    ] = "exact",
-    prompt_format: Annotated[str, typer.Option(help=PROMPT_FORMAT_HELP)] = "auto",
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
-    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
-    allow_beyond_trained: Annotated[
-        bool, typer.Option(help="analyse lengths beyond what a model was trained on (refused otherwise)")
-    ] = False,
     progress: bool = True,
+    **options: Any,
 ) -> None:
     """Per-head retrieval scores, attention entropy, token reordering and per-layer effective rank,
     exact and without any L x L matrix; tidy Parquet tables per checkpoint."""
-    from headprobe.analysis import AnalyzeSettings
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
     from headprobe.core.atomic import FolderBusy
-    from headprobe.metrics import METRICS, Rows
+    from headprobe.metrics import METRICS
     from headprobe.probe import BeyondTrainedError
 
     check_run(ctx, out, device)
-    check_counts(ctx, ("--samples", samples, 1), ("--topk", topk, 1), ("--max-new-tokens", max_new_tokens, 1))
+    counts = ("samples", "topk", "max_new_tokens")
+    check_counts(ctx, *((f"--{name.replace('_', '-')}", options[name], 1) for name in counts))
     try:
-        settings = AnalyzeSettings(
-            metrics=words(metrics),
-            lengths=token_counts(lengths),
-            samples=samples,
-            rows=Rows.parse(rows),
-            topk=topk,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            haystack=[str(f) for f in haystack] if haystack else None,
-            needles=needles,
-            retrieval_span=retrieval_span,
-            prompt_format=prompt_format,
-            dtype=dtype,
-            allow_beyond_trained=allow_beyond_trained,
-        )
+        settings = settings_from(AnalyzeSettings, options)
         settings.validate()
     except (HeadprobeError, typer.BadParameter) as err:  # bad options or settings
         raise fail(err, ctx) from None
@@ -119,3 +84,6 @@ def retrieval_diagnoses(folder: Path, needles: str) -> list[str]:
                 f"retrieval L={length}: {int(part['kept'].sum())} of {len(part)} kept: {diagnose(part, needles, chat)}"
             )
     return lines
+
+
+with_settings(analyze, AnalyzeSettings)  # its options: AnalyzeSettings' fields (headprobe.core.settings)

@@ -3,22 +3,21 @@ a console that keeps wide tables wide."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 import sys
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
 from headprobe.core.errors import HeadprobeError
-
-DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
-PROMPT_FORMAT_HELP = (
-    "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain"
-)
 
 # what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback
 USER_ERRORS = (HeadprobeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
@@ -180,3 +179,56 @@ def check_run(ctx: typer.Context | None, out: Path | None = None, device: str | 
             check_out_folder(out)
     except typer.BadParameter as err:
         raise fail(err, ctx) from None
+
+
+def settings_options(settings: type) -> list[inspect.Parameter]:
+    """One keyword parameter per field of the settings dataclass ``settings`` (declared with
+    :func:`headprobe.core.settings.setting`): a typer option with the field's help and default. A list is
+    taken in its text form (``names``: ``a,b``; ``lengths``: ``4096,16k``; ``paths``: the option repeated),
+    any other non-scalar default (``Rows``) as its text."""
+    hints = typing.get_type_hints(settings)
+    fields = dataclasses.fields(settings)
+    flags = {f.name: f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in fields}
+    options = []
+    for f in fields:
+        meta = f.metadata
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        annotation: Any = hints[f.name]
+        if meta.get("form") in ("names", "lengths"):
+            annotation = str if default is not None else str | None
+            default = None if default is None else ",".join(map(str, default))
+        elif meta.get("form") == "paths":
+            annotation, default = list[Path] | None, None
+        elif not isinstance(default, str | int | float | bool | None):
+            annotation, default = str, str(default)
+        decls = (meta["flag"],) if meta.get("flag") else ()
+        option = typer.Option(default, *decls, help=flagify(meta.get("help", ""), flags))
+        options.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
+    return options
+
+
+def settings_from(settings: type, values: dict[str, Any]) -> Any:
+    """The dataclass ``settings`` from the values of :func:`settings_options`' options (lists parsed from
+    their text form; a malformed one raises ``typer.BadParameter`` naming its flag)."""
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    kwargs = {}
+    for name, value in values.items():
+        form, flag = fields[name].metadata.get("form"), fields[name].metadata.get("flag")
+        if value is not None and form == "names":
+            value = words(value)
+        elif value is not None and form == "lengths":
+            value = token_counts(value, flag or "--" + name.replace("_", "-"))
+        elif form == "paths":
+            value = [str(p) for p in value] if value else None
+        kwargs[name] = value
+    return settings(**kwargs)
+
+
+def with_settings(command: Callable[..., None], settings: type) -> Callable[..., None]:
+    """``command`` (which takes ``**settings``) with the options of ``settings`` (:func:`settings_options`)
+    in its signature, after its arguments and before its own options, as typer reads it."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    head = [p for p in own if p.kind is not p.VAR_KEYWORD and p.default is p.empty]  # ctx, the arguments
+    tail = [p.replace(kind=p.KEYWORD_ONLY) for p in own if p.kind is not p.VAR_KEYWORD and p.default is not p.empty]
+    command.__signature__ = inspect.Signature([*head, *settings_options(settings), *tail])  # type: ignore[attr-defined]
+    return command

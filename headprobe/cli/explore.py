@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, PROMPT_FORMAT_HELP, check_counts, check_device, fail, ints
+from headprobe.cli.common import check_counts, check_device, fail, ints
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP
 
 
 def explore(

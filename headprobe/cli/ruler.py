@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import pandas as pd
 import typer
 from rich.table import Table
 
 from headprobe.cli.common import (
-    DTYPE_HELP,
-    PROMPT_FORMAT_HELP,
     check_counts,
     check_run,
     fail,
@@ -20,23 +18,17 @@ from headprobe.cli.common import (
     resumable,
     say_error,
     say_warning,
+    settings_from,
     token_counts,
     wide_console,
-    words,
+    with_settings,
 )
 from headprobe.core.errors import HeadprobeError
+from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, FORMAT_HELP, LENGTHS_HELP, RulerSettings
 from headprobe.evals.ruler.tasks import TASKS_HELP
 
 if TYPE_CHECKING:
     from headprobe.evals.ruler.tables import Coverage
-
-FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
-CWE_HELP = "ruler (RULER's word counts by length) | fit (the small counts wherever the standard ones do not fit)"
-FORMAT_HELP = (
-    f"{PROMPT_FORMAT_HELP} (RULER's base) | a wrapper string or file containing {{task_template}} (RULER's "
-    "model template)"
-)
-LENGTHS_HELP = "comma list of target lengths in tokens, k = 1,024 (4096,16k,128K)"
 
 
 def ruler_generate(
@@ -49,8 +41,12 @@ def ruler_generate(
     samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
     tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json (the evaluated model's)")] = "byte",
     seed: int = 42,
-    haystack_file: Annotated[list[Path] | None, typer.Option(help="text files for the essay haystack")] = None,
-    qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
+    haystack_files: Annotated[
+        list[Path] | None, typer.Option("--haystack-file", help="text files for the essay haystack")
+    ] = None,
+    qa_files: Annotated[
+        list[Path] | None, typer.Option("--qa-file", help="SQuAD v2 and/or HotpotQA dev JSON files")
+    ] = None,
     reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
     prompt_format: Annotated[str, typer.Option(help=FORMAT_HELP)] = "auto",
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
@@ -77,9 +73,9 @@ def ruler_generate(
     try:
         tok = load_tokenizer(tokenizer)
         folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
-        qa = qa_file_kinds([str(f) for f in qa_file or []])
+        qa = qa_file_kinds([str(f) for f in qa_files or []])
         wrapper = resolve_wrapper(prompt_format, folder if tokenizer != "byte" else None)
-        files = haystack_file or None
+        files = haystack_files or None
         gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
         rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
     except (HeadprobeError, FileNotFoundError) as err:
@@ -96,50 +92,25 @@ def ruler_eval(
         list[Path], typer.Argument(help="our checkpoints or local Hugging Face models (several: one folder each)")
     ],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ruler"),
-    tasks: Annotated[str, typer.Option(help=f"{TASKS_HELP} (with --data: all = the tasks it holds)")] = "all",
-    lengths: Annotated[
-        str | None, typer.Option(help=f"{LENGTHS_HELP} (default: the lengths --data holds, else 4096)")
-    ] = None,
-    samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
-    data: Annotated[Path | None, typer.Option(help="read samples from this JSONL instead of generating")] = None,
-    seed: int = 42,
-    haystack_file: Annotated[list[Path] | None, typer.Option(help="text files for the essay haystack")] = None,
-    qa_file: Annotated[list[Path] | None, typer.Option(help="SQuAD v2 and/or HotpotQA dev JSON files")] = None,
     device: str = "cpu",
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
     batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
-    prompt_format: Annotated[str, typer.Option(help=FORMAT_HELP)] = "auto",
-    fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
-    cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
-    dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
-    allow_beyond_trained: Annotated[
-        bool, typer.Option(help="evaluate lengths beyond what a model was trained on (refused otherwise)")
-    ] = False,
     progress: bool = True,
+    **options: Any,
 ) -> None:
     """Greedy decoding on RULER-style samples; tables of every sample and of the per-task, per-length and
     overall scores. Several checkpoints (a grid) are evaluated on the same samples, each into OUT/<name>/,
     and compared. Tasks skipped at a length (too long for it) are left out of that length's mean, which
     says over how many tasks it is taken."""
     from headprobe.cli.progress import progress_bar
-    from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
+    from headprobe.evals.ruler.evaluate import evaluate_many
 
     check_run(ctx, out, device)
-    check_counts(ctx, ("--samples", samples, 1), ("--batch-size", batch_size, 0))
-    settings = RulerSettings(
-        tasks=words(tasks),
-        lengths=token_counts(lengths) if lengths is not None else None,
-        samples=samples,
-        seed=seed,
-        haystack_files=[str(f) for f in haystack_file] if haystack_file else None,
-        qa_files=[str(f) for f in qa_file] if qa_file else None,
-        data=str(data) if data else None,
-        prompt_format=prompt_format,
-        fit=fit,
-        cwe_rule=cwe_rule,
-        dtype=dtype,
-        allow_beyond_trained=allow_beyond_trained,
-    )
+    check_counts(ctx, ("--samples", options["samples"], 1), ("--batch-size", batch_size, 0))
+    try:
+        settings = settings_from(RulerSettings, options)
+    except typer.BadParameter as err:
+        raise fail(err, ctx) from None
     try:
         with resumable(out), progress_bar("ruler", ctx, enabled=progress) as bar:
             report = evaluate_many(
@@ -213,3 +184,6 @@ def _mean(value: float, cov: Coverage | None) -> str:
 
 def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+with_settings(ruler_eval, RulerSettings)  # its options: RulerSettings' fields (headprobe.core.settings)

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import DTYPE_HELP, check_counts, check_run, fail, resumable, say_error
+from headprobe.cli.common import check_counts, check_run, fail, resumable, say_error
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import DTYPE_HELP
 
 
 def shortctx_eval(

@@ -4,6 +4,7 @@ scored exactly as RULER scores them (see docs/evaluation.md).
 ===========  =======================================================================================
 tasks        the task table (RULER's configurations), its groups (``all``) and ``resolve_tasks``
 templates    RULER's templates, answer prefixes and model wrappers, character for character
+settings     ``RulerSettings``: what decides an evaluation's numbers (no torch: the command line's options)
 generate     ``RulerGenerator``: samples fitted to a tokenizer and a length; tasks too long for one skipped
 qa           SQuAD v2 / HotpotQA loaders and the built-in generated QA set
 samples      reading sample files; telling QA files apart; the tasks the samples say were skipped
@@ -20,7 +21,8 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "RulerError": "generate",
+    "RulerError": "settings",
+    "RulerSettings": "settings",
     "RulerGenerator": "generate",
     "TooShort": "generate",
     "Scorer": "scoring",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,13 @@ import pandas as pd
 import torch
 
 from headprobe.core.ranks import Ranks
-from headprobe.evals.ruler.generate import CweRule, Fit, RulerError, RulerGenerator
+from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.predictions import Predictions
 from headprobe.evals.ruler.samples import qa_file_kinds, read_samples, skip_warnings, skipped_tasks
 from headprobe.evals.ruler.scoring import postprocess
+from headprobe.evals.ruler.settings import RulerError, RulerSettings
 from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate, score_rows
-from headprobe.evals.ruler.tasks import TASKS, Task, resolve_tasks
+from headprobe.evals.ruler.tasks import TASKS, Task
 from headprobe.evals.ruler.templates import BASE_WRAPPER
 from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import (
@@ -46,125 +47,11 @@ from headprobe.runs import (
     Silent,
     checkpoint_name,
     done_earlier,
-    repeated_lengths,
     require_fits,
-    resume_key,
     run_models,
     write_results,
 )
-from headprobe.text.files import TextFileError, read_text_file
-from headprobe.text.prompt_format import PromptFormat, PromptFormatError, Wrapper, resolve_wrapper
-
-
-@dataclass
-class RulerSettings:
-    """What decides a RULER-style evaluation's numbers.
-
-    Attributes:
-        tasks: task and group names (``["all"]`` for all 13; with ``data``, all the tasks it holds).
-        lengths: target lengths in tokens; ``None``: the lengths ``data`` holds, else [4096].
-        samples: samples per task and length.
-        seed: generation seed.
-        haystack_files: text files replacing the generated prose of the essay haystack.
-        qa_files: SQuAD v2 and/or HotpotQA dev files (else the built-in generated set).
-        data: read samples from this JSON-lines file instead of generating them.
-        prompt_format: how prompts are put to the model: ``auto`` (its chat template where it has one, else
-            plain), ``chat``, ``plain`` (RULER's ``base``), or a custom wrapper (a string or file holding
-            ``{task_template}``): :mod:`headprobe.text.prompt_format`. Samples read from ``data`` keep the
-            wrapper they were generated with.
-        fit: ``ruler`` (RULER's size search, samples below the target) or ``tight`` (each sample fills its
-            budget), :class:`~headprobe.evals.ruler.generate.Fit`.
-        cwe_rule: ``ruler`` or ``fit``, :class:`~headprobe.evals.ruler.generate.CweRule`.
-        dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
-        allow_beyond_trained: evaluate lengths beyond what a model was trained on (else refused before it
-            loads); recorded with the results, not part of the resume key.
-    """
-
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
-    lengths: list[int] | None = None
-    samples: int = 25
-    seed: int = 42
-    haystack_files: list[str] | None = None
-    qa_files: list[str] | None = None
-    data: str | None = None
-    prompt_format: str = "auto"
-    fit: str = "ruler"
-    cwe_rule: str = "ruler"
-    dtype: str | None = None
-    allow_beyond_trained: bool = False
-
-    def validate(self) -> list[Task]:
-        """The chosen tasks; raises naming the first bad setting."""
-        parse_dtype(self.dtype)
-        if self.lengths is not None and (not self.lengths or min(self.lengths) < 1):
-            raise RulerError("`lengths` must be positive token counts")
-        if self.lengths is not None and (repeated := repeated_lengths(self.lengths)):
-            raise RulerError(repeated)
-        if self.samples < 1:
-            raise RulerError("`samples` must be >= 1")
-        if self.prompt_format not in {*(f.value for f in PromptFormat), "base"}:
-            try:  # a custom wrapper: a string or file holding {task_template}
-                resolve_wrapper(self.prompt_format, None)
-            except (PromptFormatError, OSError) as err:
-                raise RulerError(str(err)) from None
-        for f in self.haystack_files or []:  # before any model loads
-            try:
-                read_text_file(f, "`haystack_file`")
-            except TextFileError as err:
-                raise RulerError(str(err)) from None
-        try:
-            Fit(self.fit), CweRule(self.cwe_rule)
-        except ValueError as err:
-            raise RulerError(str(err)) from None
-        return resolve_tasks(self.tasks)
-
-    def resolve(self) -> RulerRun:
-        """These settings made concrete, with the samples of ``data`` when given: the lengths (and, for
-        all tasks, the tasks) it holds unless given. Raises, naming what the file holds, when a length or
-        task asked for has no samples there; reads no model."""
-        tasks = self.validate()
-        if not self.data:
-            return RulerRun(replace(self, lengths=self.lengths or [DEFAULT_LENGTH]), tasks, None)
-        rows = read_samples(self.data)
-        held = {x["task"] for x in rows} | {t for ts in skipped_tasks(rows).values() for t in ts}
-        every = len(tasks) == len(TASKS)
-        absent = [t.name for t in tasks if t.name not in held and not every]
-        tasks = [t for t in tasks if t.name in held]  # all tasks asked for: those the file holds
-        names = [t.name for t in tasks]
-        chosen = [x for x in rows if x["task"] in names and x["index"] < self.samples]
-        present = sorted({int(x["length"]) for x in chosen})
-        lengths = self.lengths or present
-        missing = [n for n in lengths if n not in present]
-        if absent or missing or not lengths:
-            what = "any RULER task" if every else f"`tasks` {', '.join(absent or names)}"
-            at = f" at `lengths` {', '.join(f'{n:,}' for n in missing)}" if missing and not absent else ""
-            raise RulerError(
-                f"`data` {self.data} holds no samples of {what}{at}; it holds {_holdings(rows)}; choose `tasks` "
-                "and `lengths` among those (without `lengths`, the lengths it holds are evaluated)"
-            )
-        settings = replace(self, tasks=names, lengths=lengths)
-        return RulerRun(settings, tasks, [x for x in chosen if x["length"] in lengths])
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def key(self, checkpoint: str | Path, prompt_start: list[int], wrapper: str) -> dict[str, Any]:
-        """The resume key of a model's predictions: everything that decides a prompt and its answer
-        except the task, length and index (which each prediction line holds); ``wrapper`` is the wrapper
-        the prompt format resolved to for this model (its template text)."""
-        return resume_key(
-            checkpoint=str(Path(checkpoint).resolve()),
-            seed=self.seed,
-            wrapper=wrapper,
-            fit=self.fit,
-            cwe_rule=self.cwe_rule,
-            dtype=self.dtype,
-            data=self.data,
-            haystack_files=self.haystack_files,
-            qa_files=self.qa_files,
-            prompt_start=prompt_start,
-        )
-
+from headprobe.text.prompt_format import Wrapper
 
 DEFAULT_LENGTH = 4096
 
@@ -182,6 +69,34 @@ class RulerRun:
     settings: RulerSettings
     tasks: list[Task]
     samples: list[dict[str, Any]] | None
+
+
+def resolve_run(settings: RulerSettings) -> RulerRun:
+    """``settings`` made concrete, with the samples of ``data`` when given: the lengths (and, for
+    all tasks, the tasks) it holds unless given. Raises, naming what the file holds, when a length or
+    task asked for has no samples there; reads no model."""
+    tasks = settings.validate()
+    if not settings.data:
+        return RulerRun(replace(settings, lengths=settings.lengths or [DEFAULT_LENGTH]), tasks, None)
+    rows = read_samples(settings.data)
+    held = {x["task"] for x in rows} | {t for ts in skipped_tasks(rows).values() for t in ts}
+    every = len(tasks) == len(TASKS)
+    absent = [t.name for t in tasks if t.name not in held and not every]
+    tasks = [t for t in tasks if t.name in held]  # all tasks asked for: those the file holds
+    names = [t.name for t in tasks]
+    chosen = [x for x in rows if x["task"] in names and x["index"] < settings.samples]
+    present = sorted({int(x["length"]) for x in chosen})
+    lengths = settings.lengths or present
+    missing = [n for n in lengths if n not in present]
+    if absent or missing or not lengths:
+        what = "any RULER task" if every else f"`tasks` {', '.join(absent or names)}"
+        at = f" at `lengths` {', '.join(f'{n:,}' for n in missing)}" if missing and not absent else ""
+        raise RulerError(
+            f"`data` {settings.data} holds no samples of {what}{at}; it holds {_holdings(rows)}; choose `tasks` "
+            "and `lengths` among those (without `lengths`, the lengths it holds are evaluated)"
+        )
+    concrete = replace(settings, tasks=names, lengths=lengths)
+    return RulerRun(concrete, tasks, [x for x in chosen if x["length"] in lengths])
 
 
 def _holdings(rows: list[dict[str, Any]]) -> str:

@@ -44,20 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from headprobe.core.choice import Choice
-from headprobe.core.errors import HeadprobeError
 from headprobe.evals.ruler import templates as T
 from headprobe.evals.ruler.qa import QASet, builtin_qa, load_hotpotqa, load_squad
+from headprobe.evals.ruler.settings import CweRule, Fit, RulerError
 from headprobe.evals.ruler.tasks import TASKS, Task
 from headprobe.text.corpus import Writer
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.haystack import split_sentences
 from headprobe.text.prompt_format import PLAIN, Wrapper
 from headprobe.text.wordlists import shipped
-
-
-class RulerError(HeadprobeError, ValueError):
-    """A task cannot be generated as asked (unknown task, length too short, missing file)."""
 
 
 class TooShort(RulerError):
@@ -69,20 +64,6 @@ class TooShort(RulerError):
 
 
 MIN_BUDGET = 16  # prompt tokens below which no task is generated
-
-
-class Fit(Choice, what="fit"):
-    """How a sample's size is chosen (module docstring)."""
-
-    RULER = "ruler"  # one size per task and length from a probe sample, shrunk by whole steps
-    TIGHT = "tight"  # each sample's largest size that fits
-
-
-class CweRule(Choice, what="cwe rule"):
-    """Which word counts cwe uses at a length."""
-
-    RULER = "ruler"  # RULER's: below 4,096 tokens x6/x1 (example 20 words x3/x1), else the task's (x30/x3)
-    FIT = "fit"  # ours: the task's counts when they fit the budget, else the small ones (byte tokenizers)
 
 
 def ruler_step(task: Task, length: int, budget: int) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.atomic import atomic_write_text
-from headprobe.evals.ruler.generate import RulerError
+from headprobe.evals.ruler.settings import RulerError
 
 CLAIM = "run.json"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.paths import not_a, read_utf8
-from headprobe.evals.ruler.generate import RulerError
+from headprobe.evals.ruler.settings import RulerError
 from headprobe.text.jsonl import jsonl_records
 
 SAMPLE_FIELDS = {"index", "input", "outputs", "length", "answer_prefix", "task"}
@@ -20,7 +20,7 @@ def qa_file_kinds(paths: list[str] | None) -> dict[str, Path]:
     for p in paths or []:
         path = Path(p)
         if why := not_a(path, "file"):
-            raise RulerError(f"`qa_file` {path} {why}")
+            raise RulerError(f"`qa_files` {path} {why}")
         with path.open("rb") as f:  # enough to tell the formats apart; the whole file is read as UTF-8 later
             head = f.read(1 << 16).decode("utf-8", errors="replace").lstrip()
         kind = "hotpotqa" if head.startswith("[") else "squad" if head.startswith("{") else None

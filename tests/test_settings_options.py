@@ -1,0 +1,50 @@
+"""Settings declared once (issue 30): ``headprobe analyze`` and ``headprobe ruler eval`` take their options,
+defaults and help from the settings dataclasses the library takes, so a command line without options gives
+exactly the library's default settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+import pytest
+import typer
+
+from headprobe.analysis.settings import METRIC_NAMES, AnalyzeSettings
+from headprobe.cli import app
+from headprobe.cli.common import flagify, settings_from
+from headprobe.evals.ruler.settings import RulerSettings
+
+
+def _command(*path: str) -> click.Command:
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]  # type: ignore[attr-defined]
+    return command
+
+
+@pytest.mark.parametrize("path, settings", [(("analyze",), AnalyzeSettings), (("ruler", "eval"), RulerSettings)])
+def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(path, settings):
+    params = {p.name: p for p in _command(*path).params}
+    fields = dataclasses.fields(settings)
+    assert {f.name for f in fields} <= set(params), sorted({f.name for f in fields} - set(params))
+    flags = {name: p.opts[0] for name, p in params.items() if getattr(p, "param_type_name", "") == "option"}
+    for f in fields:  # the field's help, settings named in backticks shown as the command's flags
+        assert params[f.name].help == flagify(f.metadata["help"], flags), f.name
+    given = {f.name: params[f.name].default for f in fields}
+    assert settings_from(settings, given) == settings()
+
+
+def test_list_settings_are_read_from_their_text_forms():
+    given = {"metrics": "entropy,erank", "lengths": "1k,2048", "haystack": ("a.txt", "b.txt"), "rows": "last:8"}
+    s = settings_from(AnalyzeSettings, given)
+    assert s.metrics == ["entropy", "erank"] and s.lengths == [1024, 2048] and s.haystack == ["a.txt", "b.txt"]
+    assert s.rows == "last:8" and s.row_selection.n == 8
+    with pytest.raises(typer.BadParameter, match="--lengths"):
+        settings_from(AnalyzeSettings, {"lengths": "4096,lots"})
+
+
+def test_the_metric_names_known_without_torch_are_the_registry_s():
+    from headprobe.metrics import METRICS
+
+    assert list(METRIC_NAMES) == list(METRICS)
