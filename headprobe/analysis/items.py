@@ -10,7 +10,7 @@ import pandas as pd
 from torch import Tensor
 
 from headprobe.analysis.settings import AnalyzeSettings
-from headprobe.metrics import DecodeMetric, PassMetric
+from headprobe.metrics import DecodeMetric, DecodeOptions, PassMetric
 from headprobe.metrics.passes import run_pass
 from headprobe.probe import ProbedModel
 from headprobe.text.haystack import text_inputs
@@ -81,7 +81,7 @@ def decode_items(
     model: ProbedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
 ) -> Frames:
     """One needle prompt, decoded as sample number ``sample``: the metric's per-sample tables."""
-    frames = metric.decode(model, prompt, sample, **{k: getattr(s, k) for k in metric.settings})
+    frames = metric.decode(model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span))
     return {table: _tag(frame, length=length) for table, frame in frames.items()}
 
 

@@ -17,7 +17,7 @@ come from :func:`headprobe.stats.attention_stats` at the model's seam, so no ``L
 
 from headprobe.metrics.attention import attention_entropy, head_statistics, kendall_reordering, token_reordering
 from headprobe.metrics.erank import GramAccumulator, effective_rank, residual_effective_rank
-from headprobe.metrics.registry import METRICS, DecodeMetric, Metric, PassMetric, get_metrics
+from headprobe.metrics.registry import METRICS, DecodeMetric, DecodeOptions, Metric, PassMetric, get_metrics
 from headprobe.metrics.retrieval import (
     RetrievalScores,
     retrieval_heads,
@@ -31,6 +31,7 @@ from headprobe.metrics.rows import RowKind, Rows
 __all__ = [
     "METRICS",
     "DecodeMetric",
+    "DecodeOptions",
     "GramAccumulator",
     "Metric",
     "PassMetric",

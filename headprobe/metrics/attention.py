@@ -70,7 +70,7 @@ def kendall_reordering(topk_idx: Tensor, topk_prob: Tensor, chunk: int = 65536) 
 class EntropyCollector:
     """Mean entropy, normalised entropy, max probability and mean distance per head."""
 
-    heads, residual, topk = True, False, 0
+    topk = 0
     _STATS = ("entropy", "norm_entropy", "max_prob", "mean_distance")
 
     def __init__(self, layers: list[LayerInfo]) -> None:
@@ -80,9 +80,6 @@ class EntropyCollector:
         for name in self._STATS:
             self.acc.add(layer, name, getattr(stats, name))
 
-    def residual_stream(self, layer: int, x: Tensor) -> None:
-        raise AssertionError("entropy needs no residual stream")
-
     def frame(self) -> pd.DataFrame:
         columns = {"value": "entropy", "norm_value": "norm_entropy", "max_prob": "max_prob"}
         return head_frame(self.layers, self.acc, columns | {"mean_distance": "mean_distance"})
@@ -90,8 +87,6 @@ class EntropyCollector:
 
 class ReorderingCollector:
     """Mean probability-weighted Kendall distance between each row's top-``k`` attention order and recency."""
-
-    heads, residual = True, False
 
     def __init__(self, layers: list[LayerInfo], k: int) -> None:
         if k < 2:
@@ -101,9 +96,6 @@ class ReorderingCollector:
     def attention(self, layer: int, stats: AttentionStats) -> None:
         k = self.topk
         self.acc.add(layer, "reordering", kendall_reordering(stats.topk_idx[..., :k], stats.topk_prob[..., :k]))
-
-    def residual_stream(self, layer: int, x: Tensor) -> None:
-        raise AssertionError("token reordering needs no residual stream")
 
     def frame(self) -> pd.DataFrame:
         return head_frame(self.layers, self.acc, {"value": "reordering"})

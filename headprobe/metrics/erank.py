@@ -10,7 +10,6 @@ from headprobe.metrics.passes import run_pass
 from headprobe.model.config import LayerInfo
 from headprobe.probe.base import ProbedModel
 from headprobe.results import Column, Schema
-from headprobe.stats import AttentionStats
 
 ERANK = Schema(
     "erank",
@@ -73,14 +72,9 @@ class GramAccumulator:
 class ErankCollector:
     """Residual-stream Gram matrices per site, pooled over every input it sees."""
 
-    heads, residual, topk = False, True, 0
-
     def __init__(self, layers: list[LayerInfo]) -> None:
         self.types = {info.index: str(info.layer_type) for info in layers}
         self.grams: dict[int, GramAccumulator] = {}
-
-    def attention(self, layer: int, stats: AttentionStats) -> None:
-        raise AssertionError("effective rank needs no attention statistics")
 
     def residual_stream(self, layer: int, x: Tensor) -> None:
         self.grams.setdefault(layer, GramAccumulator()).add(x)

@@ -2,13 +2,13 @@
 
 A pass runs the model once with a probe at the seam: each attention call's exact statistics are
 computed once by :func:`headprobe.stats.attention_stats` (with the largest top-k any collector asks
-for) and handed to every :class:`Collector`; residual streams go to the collectors that want them.
+for) and handed to every :class:`HeadCollector`; residual streams to every :class:`ResidualCollector`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import pandas as pd
 from torch import Tensor
@@ -18,24 +18,33 @@ from headprobe.probe.base import ProbedModel
 from headprobe.stats import AttentionStats, attention_stats
 
 
-class Collector(Protocol):
-    """Folds what passes show it into one tidy table."""
+@runtime_checkable
+class HeadCollector(Protocol):
+    """Folds per-head attention statistics into one tidy table."""
 
-    heads: bool  # wants per-head attention statistics
-    residual: bool  # wants residual streams
     topk: int  # top-k keys per row it needs (0 = none)
 
     def attention(self, layer: int, stats: AttentionStats) -> None: ...
+
+    def frame(self) -> pd.DataFrame: ...
+
+
+@runtime_checkable
+class ResidualCollector(Protocol):
+    """Folds residual streams into one tidy table."""
 
     def residual_stream(self, layer: int, x: Tensor) -> None: ...
 
     def frame(self) -> pd.DataFrame: ...
 
 
+Collector = HeadCollector | ResidualCollector  # what a pass metric contributes to a pass
+
+
 def run_pass(model: ProbedModel, input_ids: Tensor, collectors: Sequence[Collector], rows: Tensor | None) -> None:
     """One forward pass over ``input_ids [batch, seq]`` at the query ``rows`` (``None`` = all) into ``collectors``."""
-    heads = [c for c in collectors if c.heads]
-    residual = [c for c in collectors if c.residual]
+    heads = [c for c in collectors if isinstance(c, HeadCollector)]
+    residual = [c for c in collectors if isinstance(c, ResidualCollector)]
     topk = max((c.topk for c in heads), default=0)
 
     def probe(call: AttentionCall) -> None:

@@ -31,7 +31,9 @@ from headprobe.metrics.summaries import (
     retrieval_rows,
 )
 from headprobe.model.config import LayerInfo
+from headprobe.probe.base import ProbedModel
 from headprobe.results import Schema
+from headprobe.text.needles import NeedlePrompt
 
 
 @dataclass(frozen=True)
@@ -66,15 +68,30 @@ class PassMetric:
 
 
 @dataclass(frozen=True)
+class DecodeOptions:
+    """How a decode metric decodes one prompt (the analysis' settings, chosen by name there).
+
+    Attributes:
+        max_new_tokens: the decoding budget per prompt.
+        span: which answer span a copy must land in (:class:`headprobe.metrics.retrieval.Span`).
+    """
+
+    max_new_tokens: int = 50
+    span: str = "exact"
+
+
+@dataclass(frozen=True)
 class DecodeMetric:
     """A metric of greedy decoding of needle prompts, one prompt (sample) at a time.
 
     Attributes:
-        name, settings, summary, headline, description, revision: as for :class:`PassMetric`.
+        name, summary, headline, description, revision: as for :class:`PassMetric`.
         tables: every table it writes; the first is the one summarised.
         per_sample: those of ``tables`` made one sample at a time (the rest come from ``combine``).
-        decode: ``(model, prompt, sample, **settings) -> {table: frame}``: the ``per_sample`` tables of
-            one needle prompt decoded as sample number ``sample``; given the metric's ``settings`` by name.
+        settings: the analysis settings its numbers depend on (part of each item's resume key): those that
+            make the prompts (``needles``, ``prompt_format``) and those that decode them.
+        decode: ``(model, prompt, sample, options) -> {table: frame}``: the ``per_sample`` tables of one
+            needle prompt decoded as sample number ``sample``, as :class:`DecodeOptions` say.
         combine: ``{table: frame}`` of every sample at one length (in sample order) ``-> {table: frame}``:
             the other tables at that length (e.g. the head scores, a mean over the kept samples).
     """
@@ -83,7 +100,7 @@ class DecodeMetric:
     tables: tuple[Schema, ...]
     per_sample: tuple[Schema, ...]
     settings: tuple[str, ...]
-    decode: Callable[..., dict[str, pd.DataFrame]]
+    decode: Callable[[ProbedModel, NeedlePrompt, int, DecodeOptions], dict[str, pd.DataFrame]]
     combine: Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]]
     summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
     headline: Callable[[pd.DataFrame], str]
@@ -101,8 +118,8 @@ METRICS: dict[str, Metric] = {
             (RETRIEVAL, RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
             (RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
             ("max_new_tokens", "needles", "retrieval_span", "prompt_format"),
-            lambda model, prompt, sample, max_new_tokens, retrieval_span, **_: sample_tables(
-                model, prompt, sample, max_new_tokens, span=retrieval_span
+            lambda model, prompt, sample, options: sample_tables(
+                model, prompt, sample, options.max_new_tokens, span=options.span
             ),
             combine_samples,
             retrieval_rows,
