@@ -29,6 +29,7 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
 from headprobe.model.config import AttentionConfig, Backend, LayerType, ModelConfig
+from headprobe.model.decoding import greedy
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
@@ -265,24 +266,14 @@ class Transformer(HookedRootModule):
             raise ValueError("max_new_tokens must be >= 1")
         prompts = input_ids if isinstance(input_ids, list) else [input_ids]
         caches = [KVCache(self.cfg) for _ in prompts]
-        token = torch.cat(
+        first = torch.cat(
             [self(p, cache=c, last_only=True)[:, -1] for p, c in zip(prompts, caches, strict=True)]
         ).argmax(-1)
         cache = caches[0] if len(caches) == 1 else KVCache.stack(caches)
-        stop = torch.tensor(stop_ids or [], dtype=torch.long, device=token.device)
-        finished = torch.zeros_like(token, dtype=torch.bool)
-        fill = token.clone()
-        out = []
-        for step in range(max_new_tokens):
-            token = torch.where(finished, fill, token)
-            out.append(token)
-            newly = ~finished & torch.isin(token, stop)
-            fill = torch.where(newly, token, fill)
-            finished |= newly
-            if bool(finished.all()) or step == max_new_tokens - 1:
-                break
-            token = self(token[:, None], cache=cache, last_only=True)[:, -1].argmax(-1)
-        return torch.stack(out, dim=1)
+        step = lambda ids: self(ids, cache=cache, last_only=True)[:, -1].argmax(-1)  # noqa: E731
+        rows = greedy(first, step, max_new_tokens, stop_ids)
+        width = max(map(len, rows))
+        return torch.tensor([row + row[-1:] * (width - len(row)) for row in rows], device=first.device)
 
     # -- utilities -------------------------------------------------------------------------
     def num_params(self, exclude_embeddings: bool = False) -> int:

@@ -31,6 +31,7 @@ from torch import Tensor
 from headprobe.core.errors import SettingError
 from headprobe.model.budget import MemoryEstimate, kv_cache_bytes, pass_memory
 from headprobe.model.config import LayerInfo
+from headprobe.model.decoding import greedy
 from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.probe.ablation import AblationMode, Head, HeadAblation, ablated
@@ -155,21 +156,18 @@ class ProbedModel:
         how many tokens were produced."""
         ids = prompt_ids.to(self.device)
         state = self._prefill(ids[:, :-1]) if state is None else state
-        token = ids[:, -1:]
-        out: list[int] = []
-        for step in range(max_new_tokens):
+        produced = 0
+
+        def step(token: Tensor) -> Tensor:  # the next token; the step's attention calls shown to ``probe``
+            nonlocal produced
             calls: list[AttentionCall] = []
-            logits = self._step(state, token, calls.append if probe else None)
-            nxt = int(logits[0, -1].argmax())
-            out.append(nxt)
+            nxt = self._step(state, token, calls.append if probe else None)[:, -1].argmax(-1)
             for call in calls:
-                probe(step, nxt, call)  # type: ignore[misc]
-            if on_step is not None:
-                on_step(step + 1)
-            if stop_ids and nxt in stop_ids:
-                break
-            token = torch.tensor([[nxt]], device=self.device)
-        return out
+                probe(produced, int(nxt[0]), call)  # type: ignore[misc]
+            produced += 1
+            return nxt
+
+        return greedy(step(ids[:, -1:]), step, max_new_tokens, stop_ids, on_step)[0]
 
     @torch.no_grad()
     def decode_batch(
@@ -188,21 +186,11 @@ class ProbedModel:
             return [self.decode(p, max_new_tokens, stop_ids, on_step=on_step) for p in prompts]
         ids = [p.to(self.device) for p in prompts]
         state = self._stack([self._prefill(p[:, :-1]) for p in ids])
-        token = torch.cat([p[:, -1:] for p in ids])  # [batch, 1]
-        out: list[list[int]] = [[] for _ in ids]
-        live = set(range(len(ids)))
-        for step in range(max_new_tokens):
-            token = self._step(state, token, None)[:, -1].argmax(-1, keepdim=True)
-            produced = token[:, 0].tolist()  # one device sync per step
-            for row in sorted(live):
-                out[row].append(produced[row])
-                if stop_ids and out[row][-1] in stop_ids:
-                    live.discard(row)
-            if on_step is not None:
-                on_step(step + 1)
-            if not live:
-                break
-        return out
+
+        def step(token: Tensor) -> Tensor:
+            return self._step(state, token, None)[:, -1].argmax(-1)
+
+        return greedy(step(torch.cat([p[:, -1:] for p in ids])), step, max_new_tokens, stop_ids, on_step)
 
     def _prefill(self, ids: Tensor) -> Any:
         """Run ``ids [1, n]`` (possibly empty) into a fresh KV cache; returns the decoding state."""
