@@ -9,10 +9,11 @@ import shutil
 import pytest
 import torch
 
+from headprobe.model.answers import answer_loss, exact_share
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
-from headprobe.text.probes import Probe, TaskProbeError, answer_loss, run_probe
+from headprobe.text.probes import Probe, TaskProbeError
 from headprobe.text.tasks import Task
 from trainer.config import TrainConfig, TrainError
 from trainer.curriculum import Curriculum, CurriculumSource, CurriculumState
@@ -182,7 +183,8 @@ def test_probe_prompts_end_where_the_answer_begins_and_score_exact_answers():
             value = re.search(rf"The code for the {key} is (\d{{4}})", text).group(1)
             return torch.tensor([tok.encode(f" {value if self.right else '0000'}")[:n]])
 
-    assert run_probe(Oracle(True), tok, probe) == 1.0 and run_probe(Oracle(False), tok, probe) == 0.0
+    pairs = probe.prompts(tok)
+    assert exact_share(Oracle(True), pairs) == 1.0 and exact_share(Oracle(False), pairs) == 0.0
     with pytest.raises(TaskProbeError, match="task@distance"):
         Probe.parse("needle")
 
@@ -196,7 +198,7 @@ def test_answer_loss_is_the_mean_cross_entropy_of_the_answer_tokens_given_the_pr
         logp = model(torch.tensor([prompt + answer]))[0].detach().log_softmax(-1)
         want -= sum(float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(answer))
         count += len(answer)
-    assert count > 3 and answer_loss(model, tok, probe) == pytest.approx(want / count, rel=1e-6)
+    assert count > 3 and answer_loss(model, probe.prompts(tok)) == pytest.approx(want / count, rel=1e-6)
 
 
 def test_a_curriculum_run_logs_levels_and_probes_and_resumes_exactly(tmp_path):
@@ -233,11 +235,11 @@ def test_a_run_gates_levels_on_its_advance_probe_and_logs_each_check(tmp_path, m
     (tmp_path / "c.json").write_text(json.dumps({**PROBED, "advance": {**PROBED["advance"], "every": 2}}))
     asked, scores = [], iter([0.0, 0.9, 0.3, 0.7, 1.0])
 
-    def scripted(model, tokenizer, probe):  # the score each check would see, and which probe was asked
+    def scripted(trainer, probe):  # the score each check would see, and which probe was asked
         asked.append(probe.name)
         return next(scores)
 
-    monkeypatch.setattr(loop, "run_probe", scripted)
+    monkeypatch.setattr(loop.Trainer, "probe_score", scripted)
     cfg = TrainConfig(config=str(cfg_file), curriculum=str(tmp_path / "c.json"), out=str(tmp_path / "run"), steps=9)
     train(TrainConfig(**{**cfg.to_dict(), "batch_size": 2, "seq_len": 512, "warmup_steps": 1, "progress": False}))
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -55,7 +55,7 @@ def test_every_measurement_lands_on_its_member_seed_and_run_and_a_rerun_measures
     assert "## Held-out needle retrieval" in (tmp_path / "report.md").read_text()
 
     calls = []
-    monkeypatch.setattr(job, "probe_hits", lambda *a: calls.append(a) or [True])
+    monkeypatch.setattr(job, "exact_answers", lambda *a: calls.append(a) or [True])
     again = run_study(tmp_path, fake_grid(), SETTINGS)
     assert calls == [] and again.tables["study_probes"].equals(report.tables["study_probes"])
 

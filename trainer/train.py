@@ -25,12 +25,13 @@ from typing import Any
 import torch
 
 from headprobe.core.atomic import atomic_write_text, folder_lock
+from headprobe.model.answers import answer_loss, exact_share
 from headprobe.model.budget import budget
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.text.probes import Probe, TaskProbeError, answer_loss, run_probe
+from headprobe.text.probes import Probe, TaskProbeError
 from trainer import train_state
 from trainer.config import RESULT_FILE, Parallel, Precision, ReportCount, Stage, TrainConfig, TrainError, TrainResult
 from trainer.curriculum import CurriculumSource, CurriculumState
@@ -241,6 +242,10 @@ class Trainer:
     def _probing(self, step: int) -> bool:
         return bool(self.probes) and self.probe_every > 0 and step % self.probe_every == 0
 
+    def probe_score(self, probe: Probe) -> float:
+        """The share of ``probe``'s held-out examples the model answers exactly (greedy)."""
+        return exact_share(self.model, probe.prompts(self.tokenizer))
+
     def _advance(self, step: int, accuracy: float) -> dict[str, Any]:
         """Move the curriculum on after ``step`` steps, whose training accuracy was ``accuracy`` (by that, by
         a schedule, or every ``every`` steps by the level's held-out advance probe); returns what to log of
@@ -252,7 +257,7 @@ class Trainer:
         probe = c.advance_probe(state.level)
         if probe is None or step % c.probe_check_every or state.level >= len(c.levels) - 1:
             return {}
-        score = run_probe(self.model, self.tokenizer, probe)  # every process: FSDP forwards need them all
+        score = self.probe_score(probe)  # every process: FSDP forwards need them all
         level = state.level
         state.observe_probe(step - 1, score, c)
         return {"advance_probe": probe.name, "advance_score": score, "advance_level": level}
@@ -275,8 +280,8 @@ class Trainer:
             row["level"] = self.source.state.level
         if self._probing(step):
             for p in self.probes:
-                row[p.name] = run_probe(self.model, self.tokenizer, p)
-                row[p.loss_name] = answer_loss(self.model, self.tokenizer, p)
+                row[p.name] = self.probe_score(p)
+                row[p.loss_name] = answer_loss(self.model, p.prompts(self.tokenizer))
         if self.world.device.type == "cuda":
             row["peak_gpu_mem_gib"] = torch.cuda.max_memory_allocated(self.world.device) / 2**30
         return row

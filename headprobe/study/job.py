@@ -31,6 +31,7 @@ from headprobe.evals.ruler.evaluate import RulerSettings
 from headprobe.evals.ruler.evaluate import evaluate_many as ruler_many
 from headprobe.evals.shortctx.evaluate import ShortCtxSettings
 from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
+from headprobe.model.answers import exact_answers
 from headprobe.model.checkpoint import load_checkpoint
 from headprobe.results import Schema, read_table, table_path, write_table
 from headprobe.runs import Parts, Progress, RunReport, Silent, checkpoint_name, resume_key, table_meta
@@ -45,7 +46,7 @@ from headprobe.study.tables import (
     comparisons,
     markdown,
 )
-from headprobe.text.probes import Probe, probe_hits
+from headprobe.text.probes import Probe
 
 WHO = ["model", "member", "seed", "run"]
 
@@ -81,7 +82,7 @@ def probe_table(runs: pd.DataFrame, folder: Path, probes: list[Probe], device: s
         model, tokenizer = load_checkpoint(entry.checkpoint, device=device)
         rows = []
         for probe in probes:
-            hits = probe_hits(model, tokenizer, probe)
+            hits = exact_answers(model, probe.prompts(tokenizer))
             rows.append((probe.task.value, probe.distance, len(hits), sum(hits) / len(hits)))
             progress.advance()
         frame = pd.DataFrame(rows, columns=["task", "distance", "samples", "accuracy"])

@@ -10,6 +10,9 @@ greedy decoding reproduces exactly. For ``copy`` the prompt ends with the repeat
 and the answer is the ``COPY_TOKENS`` after it (induction: continue what recurs). :func:`answer_loss` is
 the smooth companion: the answers' mean cross-entropy given their prompts (teacher-forced), which moves
 long before a model answers anything exactly.
+
+This module makes the examples (:meth:`Probe.prompts`: text, no model); :mod:`headprobe.model.answers`
+runs a model on them.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from headprobe.text.tasks import Split, Task, TaskMix, TaskSettings
 
 if TYPE_CHECKING:
     from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
-    from headprobe.model.transformer import Transformer
 
 COPY_TOKENS = 8
 PROBE_SEED = 1_000_003  # examples no training seed draws
@@ -74,48 +76,3 @@ class Probe:
                 stop = min(stop, cut + COPY_TOKENS)
             out.append(([tokenizer.eos_id, *ids[:cut]], ids[cut:stop]))
         return out
-
-
-def probe_hits(model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, probe: Probe) -> list[bool]:
-    """Whether greedy decoding answers each of the probe's examples exactly (torch loads here only)."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    hits = []
-    try:
-        with torch.no_grad():
-            for prompt, answer in probe.prompts(tokenizer):
-                out = model.generate(torch.tensor([prompt], device=device), len(answer))[0].tolist()
-                hits.append(out == answer)
-    finally:
-        model.train(was_training)
-    return hits
-
-
-def run_probe(model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, probe: Probe) -> float:
-    """The share of the probe's examples answered exactly by greedy decoding."""
-    hits = probe_hits(model, tokenizer, probe)
-    return sum(hits) / len(hits)
-
-
-def answer_loss(model: Transformer, tokenizer: ByteTokenizer | HFTokenizer, probe: Probe) -> float:
-    """Mean cross-entropy (nats per answer token) of the probe's answers given their prompts, each answer
-    token predicted from the prompt and the answer's true tokens before it (teacher forcing)."""
-    import torch
-
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    try:
-        with torch.no_grad():
-            for prompt, answer in probe.prompts(tokenizer):
-                seq = torch.tensor([prompt + answer], device=device)
-                counted = torch.arange(seq.shape[1] - 1, device=device) >= len(prompt) - 1  # targets in the answer
-                total += float(model(seq[:, :-1], targets=seq[:, 1:], loss_mask=counted[None]))
-                count += len(answer)
-    finally:
-        model.train(was_training)
-    return total / count
