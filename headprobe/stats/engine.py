@@ -105,7 +105,7 @@ class _Running:
             top_s, pick = torch.cat([self.top_s, ts], dim=-1).topk(self.topk, dim=-1)
             self.top_i = torch.cat([self.top_i, ti + t0], dim=-1).gather(-1, pick)
             self.top_s = top_s
-        if core is None:  # top-k only (the fused kernel computed the rest)
+        if core is None:  # top-k only (the fused kernel computes the rest: _fused)
             return
         indicator = None
         if spans:
@@ -118,24 +118,48 @@ class _Running:
         self.arg = torch.where(tile_max > self.m, tile_arg + t0, self.arg)
         self.m = new_m
 
-    def finish(self, out: dict[str, Tensor], sel: Tensor, fused: bool = False) -> None:
-        """Write the block's final statistics into the output tensors at rows ``sel`` (``fused``: only the
-        top-k, whose probabilities use the ``lse`` already in ``out``)."""
-        if fused:
-            lse = out["lse"][..., sel]
-        else:
-            lse = self.m + torch.log(self.l)
-            out["lse"][..., sel] = lse
-            out["entropy"][..., sel] = torch.log(self.l) - self.a / self.l
-            out["max_prob"][..., sel] = 1 / self.l
-            out["argmax"][..., sel] = self.arg
-            out["mean_distance"][..., sel] = self.d / self.l
-            out["span_mass"][:, :, sel] = self.s / self.l[..., None]
-        if self.topk:
-            valid = torch.isfinite(self.top_s)
-            prob = torch.exp(self.top_s - lse[..., None])
-            out["topk_prob"][:, :, sel] = torch.where(valid, prob, torch.zeros_like(prob))
-            out["topk_idx"][:, :, sel] = torch.where(valid, self.top_i, torch.full_like(self.top_i, -1))
+    def finish(self, out: dict[str, Tensor], sel: Tensor) -> None:
+        """Write the block's final statistics into the output tensors at rows ``sel``."""
+        lse = self.m + torch.log(self.l)
+        out["lse"][..., sel] = lse
+        out["entropy"][..., sel] = torch.log(self.l) - self.a / self.l
+        out["max_prob"][..., sel] = 1 / self.l
+        out["argmax"][..., sel] = self.arg
+        out["mean_distance"][..., sel] = self.d / self.l
+        out["span_mass"][:, :, sel] = self.s / self.l[..., None]
+        self.finish_topk(out, sel)
+
+    def finish_topk(self, out: dict[str, Tensor], sel: Tensor) -> None:
+        """Write the block's top-k keys and their probabilities (from the ``lse`` in ``out``) at rows ``sel``."""
+        if not self.topk:
+            return
+        valid = torch.isfinite(self.top_s)
+        prob = torch.exp(self.top_s - out["lse"][..., sel][..., None])
+        out["topk_prob"][:, :, sel] = torch.where(valid, prob, torch.zeros_like(prob))
+        out["topk_idx"][:, :, sel] = torch.where(valid, self.top_i, torch.full_like(self.top_i, -1))
+
+
+def _streamed(pass_: _Pass, out: dict[str, Tensor], rows: Tensor, positions: Tensor, row_block: int) -> None:
+    """Every statistic by the tile kernel, block of rows by block of rows (nearby rows share key tiles)."""
+    order = torch.argsort(positions)
+    for start in range(0, len(rows), row_block):
+        sel = order[start : start + row_block]
+        pass_.block(rows[sel], positions[sel]).finish(out, sel)
+
+
+def _fused(pass_: _Pass, out: dict[str, Tensor], rows: Tensor, positions: Tensor, row_block: int) -> None:
+    """Every statistic but the top-k by the fused Triton kernel (:mod:`headprobe.stats.triton_stats`) in one
+    pass; the top-k, when asked for, by a second pass of tiles that keep only it."""
+    from headprobe.stats.triton_stats import fused_stats
+
+    window = pass_.mask.window
+    for name, value in fused_stats(pass_.q, pass_.k, window, pass_.scale, rows, pass_.spans).items():
+        out[name] = value if name == "argmax" else value.to(pass_.work)
+    if pass_.topk:
+        order = torch.argsort(positions)
+        for start in range(0, len(rows), row_block):
+            sel = order[start : start + row_block]
+            pass_.block(rows[sel], positions[sel]).finish_topk(out, sel)
 
 
 def attention_stats(
@@ -193,19 +217,10 @@ def attention_stats(
         core=None if fused else tile_kernel(tiles, len(rows) * k_len),
     )
     out = pass_.outputs(len(rows))
-    if fused:
-        from headprobe.stats.triton_stats import fused_stats
-
-        for name, value in fused_stats(q, k, window, scale, rows, spans).items():
-            out[name] = value if name == "argmax" else value.to(work)
-
     positions = rows + (k_len - q_len)
-    order = torch.argsort(positions)  # blocks of nearby rows share key tiles
     if row_block is None:  # sliding windows: blocks of about half a window (measured best on CPU)
         row_block = 1024 if window is None else max(128, min(1024, window // 2))
-    for block_start in range(0, len(rows) if not fused or topk else 0, row_block):
-        sel = order[block_start : block_start + row_block]
-        pass_.block(rows[sel], positions[sel]).finish(out, sel, fused)
+    (_fused if fused else _streamed)(pass_, out, rows, positions, row_block)
     n_visible = torch.minimum(positions + 1, torch.full_like(positions, window)) if window else positions + 1
     norm = _normalised(out["entropy"], n_visible)
     return AttentionStats(positions=positions, norm_entropy=norm, visible=n_visible, **out)
