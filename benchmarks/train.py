@@ -45,6 +45,7 @@ def run_bare(name: str, steps: int) -> dict:
     import torch
 
     from headprobe.model.presets import preset
+    from headprobe.model.tokenizer import ByteTokenizer
     from headprobe.model.transformer import Transformer
     from trainer.data import PackedSequences, TokenData
     from trainer.distributed import init_world
@@ -54,7 +55,8 @@ def run_bare(name: str, steps: int) -> dict:
     torch.manual_seed(0)
     model = Transformer(preset(name))
     opt = build_optimizer(model, 3e-3, 0.1, (0.9, 0.95))
-    seqs = PackedSequences(TokenData(builtin_corpus(steps * BATCH * SEQ_LEN, 0, init_world("cpu"))), SEQ_LEN)
+    corpus = builtin_corpus(steps * BATCH * SEQ_LEN, 0, init_world("cpu"), ByteTokenizer())  # the trainer's default
+    seqs = PackedSequences(TokenData(corpus), SEQ_LEN)
     times = []
     for step in range(steps):
         batch = torch.from_numpy(np.stack([seqs[step * BATCH + i] for i in range(BATCH)]))
