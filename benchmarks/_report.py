@@ -127,5 +127,14 @@ def write_section(name: str, body: str) -> None:
     DOCS.write_text(text)
 
 
+def publish(section: str, lines: list[str], write: bool = True) -> None:
+    """Print a benchmark's section (``lines``) and, when ``write``, put it in docs/benchmarks.md
+    (:func:`write_section`)."""
+    body = "\n".join(lines)
+    print(body)
+    if write:
+        write_section(section, body)
+
+
 def today() -> str:
     return _dt.date.today().isoformat()

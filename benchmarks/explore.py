@@ -163,7 +163,7 @@ def main() -> None:
         result = (run_length if kind == "length" else run_dense)(length, checkpoint)
         print(json.dumps(result))
         return
-    from _report import machine, run_child, today, write_section
+    from _report import machine, publish, run_child, today
 
     rows = [run_child(__file__, ["length", int(n), args.checkpoint], for_memory=False) for n in args.lengths.split(",")]
     dense = [run_child(__file__, ["dense", int(n), args.checkpoint], for_memory=False) for n in args.dense.split(",")]
@@ -227,10 +227,7 @@ def main() -> None:
         "At 131,072 tokens one head's dense float32 pattern alone is 64 GiB (its JSON several times that): the",
         "dense tools cannot show it on any machine here, while the explorer's first map of that head is the row above.",
     ]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("explore", body)
+    publish("explore", lines, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from _report import machine, today, write_section
+    from _report import machine, publish, today
 
     lengths = [int(x) for x in args.lengths.split(",")]
     load = os.getloadavg()[0]  # other jobs on a shared machine
@@ -213,11 +213,7 @@ def main() -> None:
             f"| {what} | {length:,} | {fmt(old)} | {fmt(new)} | **{old / new:.2f}×** | {fmt(old_best)} | "
             f"{fmt(new_best)} | {old_best / new_best:.2f}× |"
         )
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("gqa-decode", body)
-        print("written to docs/benchmarks.md")
+    publish("gqa-decode", lines, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    from _report import machine, today, write_section
+    from _report import machine, publish, today
 
     torch.set_num_threads(1)
     widths = (8, 16, 32, 64, 128)
@@ -103,10 +103,7 @@ def main() -> None:
         "|---:|---:|---:|---:|---:|",
         *model_rows(),
     ]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("local-blocks", body)
+    publish("local-blocks", lines, not args.no_write)
 
 
 if __name__ == "__main__":

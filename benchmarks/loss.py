@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     import torch
-    from _report import machine, today, write_section
+    from _report import machine, publish, today
 
     torch.set_num_threads(1)
     cases = [
@@ -76,10 +76,7 @@ def main() -> None:
         "|---|---:|---:|",
         *(f"| {name} | {seconds * 1e3:,.0f} ms | {base / seconds:.2f}× |" for name, seconds in results),
     ]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("loss", body)
+    publish("loss", lines, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
 
-    from _report import machine, today, write_section
+    from _report import machine, publish, today
 
     from headprobe.model.tokenizer import ByteTokenizer
 
@@ -131,10 +131,7 @@ def main() -> None:
         "",
         f"Batched: {one / many:.1f}x the throughput; predictions identical: {same}.",
     ]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("ruler", body)
+    publish("ruler", lines, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    from _report import machine, today, write_section
+    from _report import machine, publish, today
 
     per_kind, step_s = profile(args.preset, args.steps)
     total = sum(per_kind.values())
@@ -130,10 +130,7 @@ def main() -> None:
         "213 ms after 12-18 s of compiling, measured by hand on 2026-12-05); bf16 matrix products would, on "
         "hosts with bf16 units (AMX here, none on the AVX2-only EPYC), but change the numbers.",
     ]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("train-step-profile", body)
+    publish("train-step-profile", lines, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def main() -> None:
         print(json.dumps((run_trainer if kind == "trainer" else run_bare)(name, steps)))
         return
 
-    from _report import machine, today, write_section
+    from _report import machine, publish, today
 
     lines = [
         f"## Trainer on CPU — {today()}",
@@ -120,10 +120,7 @@ def main() -> None:
         )
         print(row, flush=True)
         lines.append(row)
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("train-cpu", body)
+    publish("train-cpu", lines, not args.no_write)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from _report import today, write_section
+    from _report import publish, today
 
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU here: this benchmark needs one")
@@ -79,10 +79,7 @@ def main() -> None:
             f"| 0.6b-{member} | {tps:,.0f} | {'n/a' if mfu is None else f'{mfu * 100:.1f}%'} | {mem:.1f} GiB |"
         )
         print(lines[-1], flush=True)
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        write_section("train-gpu", body)
+    publish("train-gpu", lines, not args.no_write)
 
 
 if __name__ == "__main__":

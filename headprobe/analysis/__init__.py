@@ -10,8 +10,7 @@ summary    ``analysis_summary``: the aggregates as a derived tidy table
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from headprobe.core.lazy import lazy_exports
 
 _EXPORTS = {
     "ANALYSIS_SUMMARY": "summary",
@@ -25,7 +24,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:  # lazy: the command line builds its options from the settings without torch
-    if name in _EXPORTS:
-        return getattr(import_module(f"headprobe.analysis.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'headprobe.analysis' has no attribute {name!r}")
+# lazy: the command line builds its options from the settings without torch
+__getattr__ = lazy_exports(__name__, _EXPORTS)

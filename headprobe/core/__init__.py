@@ -5,6 +5,7 @@ torch), so the trainer, the figures and every layer above the model can use it.
 errors      ``HeadprobeError``, the base of every error raised on purpose; ``SettingError``
 choice      ``Choice``: typed choices among named values (``str`` enums), one message for an unknown value
 settings    ``setting``: a settings field carrying its command-line help, flag and list form
+lazy        ``lazy_exports``: a package's names loaded on first use
 atomic      atomic files and folders, ``folder_lock`` (one writer per folder), the sweep of what killed
             writers left behind
 cleanup     ``CLEANUPS``: what an interrupted process must undo even when ended outright

@@ -17,8 +17,7 @@ evaluate     ``evaluate`` / ``evaluate_many``: ``headprobe ruler eval``
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from headprobe.core.lazy import lazy_exports
 
 _EXPORTS = {
     "RulerError": "settings",
@@ -36,7 +35,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:  # lazy: the command line reads the task table without loading the generator
-    if name in _EXPORTS:
-        return getattr(import_module(f"headprobe.evals.ruler.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'headprobe.evals.ruler' has no attribute {name!r}")
+# lazy: the command line reads the task table and the settings without loading the generator
+__getattr__ = lazy_exports(__name__, _EXPORTS)
