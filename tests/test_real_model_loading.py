@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 import headprobe as hp
 from headprobe.cli import app
+from headprobe.core.paths import file_sha256
 from headprobe.model.tokenizer import HFTokenizer
 from headprobe.probe import ModelLoadError
-from headprobe.probe.gguf import SOURCE_FILE, cached_folder, file_sha256
+from headprobe.probe.gguf import SOURCE_FILE, cached_folder
 from headprobe.probe.stops import declared_stop_tokens
 from headprobe.runs import checkpoint_name
 from headprobe.testing import build_toy_hf_model

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from headprobe.core.paths import file_sha256
 from headprobe.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE, CheckpointError, load_checkpoint
 from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.presets import preset
@@ -96,10 +96,7 @@ def apply_freeze(model: Transformer, freeze: Freeze | None) -> list[str]:
 def builtin_corpus(tokens_needed: int, seed: int, world: World, tokenizer: ByteTokenizer | HFTokenizer) -> Path:
     """The built-in corpus in ``tokenizer``'s ids, generated once per size bucket into the cache folder."""
     bucket = max(1 << 21, 1 << math.ceil(math.log2(max(tokens_needed, 1))))  # >= 2M tokens, power of two
-    if isinstance(tokenizer, ByteTokenizer):
-        tag = "byte"
-    else:
-        tag = "bpe-" + hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()[:12]
+    tag = "byte" if isinstance(tokenizer, ByteTokenizer) else "bpe-" + file_sha256(tokenizer.path)[:12]
     folder = cache_dir() / "corpus" / f"{tag}-seed{seed}-{bucket}"
     if world.is_main and not (folder / "manifest.json").is_file():
         synth(bucket, folder, tokenizer, seed=seed)
@@ -140,7 +137,7 @@ def check_same_tokenizer(folder: Path, man, tokenizer: ByteTokenizer | HFTokeniz
         )
     want = man.extra.get("tokenizer_sha256")
     if want and isinstance(tokenizer, HFTokenizer):
-        have = hashlib.sha256(Path(tokenizer.path).read_bytes()).hexdigest()
+        have = file_sha256(tokenizer.path)
         if have != want:
             raise DataError(
                 f"{folder} was tokenised with a different tokenizer.json than {tokenizer.path} (SHA-256 "
@@ -208,4 +205,4 @@ def tokenizer_spec(tokenizer: ByteTokenizer | HFTokenizer) -> str:
 def tokenizer_sha256(tokenizer: ByteTokenizer | HFTokenizer) -> str | None:
     """The SHA-256 of the run's ``tokenizer.json`` (``None`` for the byte tokenizer): with :func:`tokenizer_spec`,
     what a step checkpoint records, so that exporting it later cannot pick up a file changed since."""
-    return None if isinstance(tokenizer, ByteTokenizer) else hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()
+    return None if isinstance(tokenizer, ByteTokenizer) else file_sha256(tokenizer.path)

@@ -14,7 +14,6 @@ folder into a plain model checkpoint (:mod:`headprobe.model.checkpoint`) without
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -35,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from headprobe.core.atomic import atomic_write_text
+from headprobe.core.paths import file_sha256
 from headprobe.model.config import ModelConfig
 from trainer.distributed import World, barrier
 
@@ -177,7 +177,7 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
     tokenizer = None if tok == "byte" else open_tokenizer(tok)
     want = state.get("tokenizer_sha256")
     if want and isinstance(tokenizer, HFTokenizer):
-        have = hashlib.sha256(tokenizer.path.read_bytes()).hexdigest()
+        have = file_sha256(tokenizer.path)
         if have != want:
             raise CheckpointError(
                 f"{tokenizer.path} is not the tokenizer {folder} was trained with (SHA-256 {want[:12]} then, "

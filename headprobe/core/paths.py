@@ -4,6 +4,8 @@ file given where a folder is expected (or the reverse) is called what it is."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from pathlib import Path
 from typing import Literal
 
@@ -36,3 +38,20 @@ def read_utf8(path: str | Path, what: str, error: type[Exception]) -> str:
             f"{what} {path} is not UTF-8 text ({err.reason} at byte {err.start:,}); convert it to UTF-8 "
             "(e.g. `iconv -t utf-8`)"
         ) from None
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, hex (remembered per path, size and modification time, so a run
+    that asks twice reads a multi-GB file once)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    return _sha256(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _sha256(path: Path, size: int, mtime_ns: int, chunk: int = 1 << 24) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

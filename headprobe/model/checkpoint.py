@@ -11,7 +11,6 @@ instead of silently reading the text with other ids. Checkpoints written before 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import zlib
 from pathlib import Path
@@ -23,6 +22,7 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import file_sha256
 from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
@@ -65,17 +65,13 @@ def _weights(model: Transformer) -> dict[str, Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in state.items()}
 
 
-def _sha256(file: Path) -> str:
-    return hashlib.sha256(file.read_bytes()).hexdigest()
-
-
 def tokenizer_record(folder: Path, tokenizer: ByteTokenizer | HFTokenizer | None) -> dict[str, object]:
     """What a checkpoint records of its tokenizer: ``{"kind": "byte", "vocab_size": 264}``, or for a
     ``tokenizer.json`` (already written into ``folder``) ``{"kind": "tokenizer.json", "sha256": ..., "vocab_size":
     ...}``, the SHA-256 of the file's bytes as written."""
     if tokenizer is None or isinstance(tokenizer, ByteTokenizer):
         return {"kind": BYTE_KIND, "vocab_size": (tokenizer or ByteTokenizer()).vocab_size}
-    return {"kind": FILE_KIND, "sha256": _sha256(folder / TOKENIZER_FILE), "vocab_size": tokenizer.vocab_size}
+    return {"kind": FILE_KIND, "sha256": file_sha256(folder / TOKENIZER_FILE), "vocab_size": tokenizer.vocab_size}
 
 
 def save_checkpoint(model: Transformer, path: str | Path, tokenizer: ByteTokenizer | HFTokenizer | None = None) -> Path:
@@ -183,7 +179,7 @@ def _check_tokenizer(path: Path, metadata: dict[str, str]) -> None:
         if tok_file.is_file():
             raise CheckpointError(
                 f"{tok_file}: {recorded}, but the folder holds a {TOKENIZER_FILE} (SHA-256 "
-                f"{_sha256(tok_file)[:12]}) it would be read with instead. Remove {tok_file}: this checkpoint's "
+                f"{file_sha256(tok_file)[:12]}) it would be read with instead. Remove {tok_file}: this checkpoint's "
                 "tokenizer is the byte tokenizer."
             )
         return
@@ -193,7 +189,7 @@ def _check_tokenizer(path: Path, metadata: dict[str, str]) -> None:
             f"{tok_file} is missing: {recorded}; without it the text would be read with the byte tokenizer "
             f"({_ids(ByteTokenizer.vocab_size)}). {fix}"
         )
-    found = _sha256(tok_file)
+    found = file_sha256(tok_file)
     if found != record.get("sha256"):
         try:
             size = _ids(load_tokenizer(tok_file).vocab_size)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.atomic import atomic_directory
+from headprobe.core.paths import file_sha256
 from headprobe.probe.errors import ModelLoadError
 from headprobe.probe.hf import quiet_transformers
 from headprobe.text.toy_tokenizer import cache_dir
@@ -44,23 +43,6 @@ Log = Callable[[str], None]
 def is_gguf(path: str | Path) -> bool:
     """Whether ``path`` names a GGUF file (by its suffix; the content is checked by :func:`check_gguf`)."""
     return Path(path).suffix.lower() == SUFFIX
-
-
-def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes, hex (remembered per path, size and modification time, so a run
-    that asks twice reads a multi-GB file once)."""
-    path = Path(path).resolve()
-    st = path.stat()
-    return _sha256(path, st.st_size, st.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=32)
-def _sha256(path: Path, size: int, mtime_ns: int, chunk: int = 1 << 24) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _reader(path: Path) -> Any:

@@ -9,10 +9,11 @@ from pathlib import Path
 import torch
 
 from headprobe.core.errors import HeadprobeError, SettingError
+from headprobe.core.paths import file_sha256
 from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
 from headprobe.probe.base import ProbedModel
 from headprobe.probe.errors import ModelLoadError
-from headprobe.probe.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, file_sha256, gguf_folder, is_gguf
+from headprobe.probe.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder, is_gguf
 from headprobe.probe.hf import HFModel
 from headprobe.probe.ours import HeadprobeModel
 
