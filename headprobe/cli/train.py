@@ -2,23 +2,22 @@
 
 headprobe never imports the trainer. It finds it as a plugin, through the entry point
 ``headprobe.plugins: trainer`` (pyproject.toml), and builds ``headprobe train``'s options from the
-trainer's config dataclass: each field is a flag (``batch_size`` -> ``--batch-size``) with the field's
-default, type and help (its metadata), so a default lives in one place. Without the trainer installed,
+trainer's config dataclass (:func:`headprobe.cli.common.settings_options`, as ``analyze`` from its settings):
+each field is a flag (``batch_size`` -> ``--batch-size``) with the field's default, type and help (its
+metadata), so a default lives in one place. Without the trainer installed,
 these commands say so.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
-import typing
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import check_counts, check_device, fail, int_range, ints, words
+from headprobe.cli.common import check_counts, check_device, fail, int_range, ints, settings_options, words
 from headprobe.cli.progress import progress_bar
 from headprobe.core.errors import HeadprobeError
 
@@ -30,20 +29,6 @@ def trainer_plugin() -> Any | None:
     """The installed trainer plugin (:class:`trainer.plugin.TrainerPlugin`), or ``None``."""
     found = [ep for ep in entry_points(group=PLUGIN_GROUP) if ep.name == "trainer"]
     return found[0].load() if found else None
-
-
-def config_options(config: type) -> list[inspect.Parameter]:
-    """One keyword parameter per dataclass field: a typer option with the field's default, type and help."""
-    hints = typing.get_type_hints(config)
-    return [
-        inspect.Parameter(
-            f.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Option(f.default, help=f.metadata.get("help", "")),
-            annotation=hints[f.name],
-        )
-        for f in dataclasses.fields(config)
-    ]
 
 
 def _stage_command(plugin: Any):
@@ -69,7 +54,7 @@ def _stage_command(plugin: Any):
         typer.echo(f"{state}: {result.steps} steps, {result.tokens:,} tokens, last loss {loss}, in {result.out}")
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-    stage.__signature__ = inspect.Signature([ctx_param, *config_options(plugin.config)])  # type: ignore[attr-defined]
+    stage.__signature__ = inspect.Signature([ctx_param, *settings_options(plugin.config)])  # type: ignore[attr-defined]
     stage.__doc__ = "Run one training stage (without a subcommand); `grid` runs a whole scale."
     return stage
 
