@@ -21,12 +21,14 @@ progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
 import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
@@ -84,6 +86,21 @@ def install_interrupts(session: Session | None = None) -> None:
         watchdog.start()
 
 
+def _end_interrupted(code: object) -> NoReturn:
+    """End a command that a Ctrl-C or SIGTERM stopped, with exit ``code``, once everything has unwound (its
+    ``finally`` blocks and the cleanups ran): output flushed, then ``os._exit``. Not ``SystemExit``: CPython
+    ends a process by SIGINT at exit, whatever its exit code, when a KeyboardInterrupt ever left code that a C
+    extension ran through ``PyRun_String`` (an import of torch or transformers), even one the command then
+    handled (``_PyRuntime.signals.unhandled_keyboard_interrupt``; CPython gh-128130). An interrupt during
+    start-up ended about 1 run in 5 that way (killed by SIGINT, no message) instead of with 130."""
+    if isinstance(code, str):  # sys.exit("message"): said on stderr, exit code 1
+        print(code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 class _Group(TyperGroup):
     """headprobe's groups (the command itself, and each one :meth:`_App.add_typer` adds): ``--help`` as click's
     plain text, which wraps to any terminal. typer's rich panels cut option names and defaults short with "…"
@@ -139,11 +156,15 @@ class _App(typer.Typer):
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except KeyboardInterrupt:  # one outside click's own handling (typer building the command): the same end
             run_cleanups()
-            raise SystemExit(130) from None
+            _end_interrupted(130)
+        except SystemExit as stop:
+            if self.session.interrupted:
+                _end_interrupted(stop.code)
+            raise
         except Exception as err:
             if self.session.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
                 run_cleanups()
-                raise SystemExit(130) from None
+                _end_interrupted(130)
             if self.session.debug or not isinstance(err, USER_ERRORS):
                 raise
             typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)

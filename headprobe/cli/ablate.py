@@ -88,7 +88,7 @@ def ablate(
     except (HeadprobeError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     try:
-        with resumable(out), progress_bar("ablate", ctx, enabled=progress) as bar:
+        with resumable(out, ctx), progress_bar("ablate", ctx, enabled=progress) as bar:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
     except (HeadprobeError, FileNotFoundError) as err:
         raise fail(err, ctx) from None

@@ -46,7 +46,7 @@ def analyze(
         settings.validate()
     except (HeadprobeError, typer.BadParameter) as err:  # bad options or settings
         raise fail(err, ctx) from None
-    with resumable(out), progress_bar("analyze", ctx, enabled=progress) as bar:
+    with resumable(out, ctx), progress_bar("analyze", ctx, enabled=progress) as bar:
         try:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
         except (FolderBusy, BeyondTrainedError) as err:  # refused before any model loads

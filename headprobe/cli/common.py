@@ -64,15 +64,32 @@ def say_interrupted(out: Path) -> None:
     typer.echo(f"interrupted: the finished work is kept in {out}; rerun the same command to resume", err=True)
 
 
+def interrupted(ctx: typer.Context | None) -> bool:
+    """Whether a Ctrl-C or SIGTERM reached the command ``ctx`` runs (its :class:`Session`)."""
+    session = ctx.find_root().obj if ctx is not None else None
+    return isinstance(session, Session) and session.interrupted
+
+
 @contextmanager
-def resumable(out: Path) -> Iterator[None]:
+def resumable(out: Path, ctx: typer.Context | None = None) -> Iterator[None]:
     """A block of resumable work writing into ``out``: stopped by Ctrl-C or SIGTERM, it says so and how to
-    go on (:func:`say_interrupted`) and ends with exit code 130, as an interrupted command does."""
+    go on (:func:`say_interrupted`) and ends with exit code 130, as an interrupted command does. So does a
+    block that an interrupt ended otherwise (``ctx``'s session saw it): C code that a KeyboardInterrupt
+    reaches may turn it into another error (a half-read checkpoint "could not determine the shape"), which
+    is then no fault of the input."""
     try:
         yield
     except KeyboardInterrupt:
         say_interrupted(out)
         raise typer.Exit(130) from None
+    except Exception:
+        if interrupted(ctx):
+            say_interrupted(out)
+            raise typer.Exit(130) from None
+        raise
+    if interrupted(ctx):
+        say_interrupted(out)
+        raise typer.Exit(130)
 
 
 def say_warning(message: str, ctx: typer.Context | None) -> None:

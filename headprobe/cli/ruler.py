@@ -112,7 +112,7 @@ def ruler_eval(
     except typer.BadParameter as err:
         raise fail(err, ctx) from None
     try:
-        with resumable(out), progress_bar("ruler", ctx, enabled=progress) as bar:
+        with resumable(out, ctx), progress_bar("ruler", ctx, enabled=progress) as bar:
             report = evaluate_many(
                 checkpoints,
                 out,

@@ -37,7 +37,7 @@ def shortctx_eval(
     settings = ShortCtxSettings(task=task, file=str(file) if file else None, limit=limit, dtype=dtype)
     try:
         settings.validate()  # before the progress bar: a bad setting is the only thing printed
-        with resumable(out), progress_bar("shortctx", ctx, enabled=progress) as bar:
+        with resumable(out, ctx), progress_bar("shortctx", ctx, enabled=progress) as bar:
             report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
     except HeadprobeError as err:
         raise fail(err, ctx) from None

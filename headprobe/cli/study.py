@@ -41,7 +41,7 @@ def run(
     chosen = words(members) if members else None
     run_list = words(runs) if runs else None
     seed_list = ints(seeds) if seeds else None
-    with resumable(out), progress_bar("study", ctx, enabled=progress, info=True) as bar:
+    with resumable(out, ctx), progress_bar("study", ctx, enabled=progress, info=True) as bar:
 
         def log(message: str) -> None:
             bar.log(message)
