@@ -366,10 +366,10 @@ def run_grid(
     if manifest_path.is_file():
         manifest["runs"] = json.loads(manifest_path.read_text()).get("runs", [])
 
-    def _place(entry: dict[str, Any]) -> tuple[int, int, int, int]:  # chain order, then recipe order; others last
+    def _place(entry: dict[str, Any]) -> tuple[int, int, int]:  # chain order, then recipe order; others last
         chain = (entry["seed"], entry["member"])
         known = chain in chains and entry["run"] in order
-        return (0, chains.index(chain), order.index(entry["run"]), 0) if known else (1, 0, 0, 0)
+        return (0, chains.index(chain), order.index(entry["run"])) if known else (1, 0, 0)
 
     def record(entries: list[dict[str, Any]]) -> None:
         done = {(e["member"], e["seed"], e["run"]) for e in entries}

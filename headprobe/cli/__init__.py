@@ -88,11 +88,12 @@ def install_interrupts(session: Session | None = None) -> None:
 
 def _end_interrupted(code: object) -> NoReturn:
     """End a command that a Ctrl-C or SIGTERM stopped, with exit ``code``, once everything has unwound (its
-    ``finally`` blocks and the cleanups ran): output flushed, then ``os._exit``. Not ``SystemExit``: CPython
-    ends a process by SIGINT at exit, whatever its exit code, when a KeyboardInterrupt ever left code that a C
-    extension ran through ``PyRun_String`` (an import of torch or transformers), even one the command then
-    handled (``_PyRuntime.signals.unhandled_keyboard_interrupt``; CPython gh-128130). An interrupt during
-    start-up ended about 1 run in 5 that way (killed by SIGINT, no message) instead of with 130."""
+    ``finally`` blocks ran): the cleanups still registered run, output is flushed, then ``os._exit``. Not
+    ``SystemExit``: CPython ends a process by SIGINT at exit, whatever its exit code, when a KeyboardInterrupt
+    ever left code that a C extension ran through ``PyRun_String`` (an import of torch or transformers), even
+    one the command then handled (``_PyRuntime.signals.unhandled_keyboard_interrupt``; CPython gh-128130). An
+    interrupt during start-up ended about 1 run in 5 that way (killed by SIGINT, no message) instead of with 130."""
+    run_cleanups()
     if isinstance(code, str):  # sys.exit("message"): said on stderr, exit code 1
         print(code, file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):
@@ -155,7 +156,6 @@ class _App(typer.Typer):
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except KeyboardInterrupt:  # one outside click's own handling (typer building the command): the same end
-            run_cleanups()
             _end_interrupted(130)
         except SystemExit as stop:
             if self.session.interrupted:
@@ -163,7 +163,6 @@ class _App(typer.Typer):
             raise
         except Exception as err:
             if self.session.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
-                run_cleanups()
                 _end_interrupted(130)
             if self.session.debug or not isinstance(err, USER_ERRORS):
                 raise

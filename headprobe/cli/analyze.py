@@ -13,6 +13,7 @@ from headprobe.cli.common import (
     check_run,
     fail,
     gib,
+    option_flag,
     resumable,
     say_error,
     settings_from,
@@ -40,7 +41,7 @@ def analyze(
 
     check_run(ctx, out, device)
     counts = ("samples", "topk", "max_new_tokens")
-    check_counts(ctx, *((f"--{name.replace('_', '-')}", options[name], 1) for name in counts))
+    check_counts(ctx, *((option_flag(name), options[name], 1) for name in counts))
     try:
         settings = settings_from(AnalyzeSettings, options)
         settings.validate()

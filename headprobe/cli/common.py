@@ -64,10 +64,16 @@ def say_interrupted(out: Path) -> None:
     typer.echo(f"interrupted: the finished work is kept in {out}; rerun the same command to resume", err=True)
 
 
+def _session(ctx: typer.Context | None) -> Session | None:
+    """The :class:`Session` of the command ``ctx`` runs (``None`` outside the command, e.g. in tests)."""
+    session = ctx.find_root().obj if ctx is not None else None
+    return session if isinstance(session, Session) else None
+
+
 def interrupted(ctx: typer.Context | None) -> bool:
     """Whether a Ctrl-C or SIGTERM reached the command ``ctx`` runs (its :class:`Session`)."""
-    session = ctx.find_root().obj if ctx is not None else None
-    return isinstance(session, Session) and session.interrupted
+    session = _session(ctx)
+    return session is not None and session.interrupted
 
 
 @contextmanager
@@ -80,16 +86,15 @@ def resumable(out: Path, ctx: typer.Context | None = None) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        say_interrupted(out)
-        raise typer.Exit(130) from None
+        pass
     except Exception:
-        if interrupted(ctx):
-            say_interrupted(out)
-            raise typer.Exit(130) from None
-        raise
-    if interrupted(ctx):
-        say_interrupted(out)
-        raise typer.Exit(130)
+        if not interrupted(ctx):
+            raise
+    else:
+        if not interrupted(ctx):
+            return
+    say_interrupted(out)
+    raise typer.Exit(130)
 
 
 def say_warning(message: str, ctx: typer.Context | None) -> None:
@@ -100,8 +105,8 @@ def say_warning(message: str, ctx: typer.Context | None) -> None:
 def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> Exception:
     """Print ``err`` (see :func:`say_error`) and return the exit to raise; under ``--debug`` return ``err``
     itself instead, so that raising it shows its traceback."""
-    session = ctx.find_root().obj if ctx is not None else None
-    if isinstance(err, Exception) and isinstance(session, Session) and session.debug:
+    session = _session(ctx)
+    if isinstance(err, Exception) and session is not None and session.debug:
         return err
     say_error(err, ctx)
     return typer.Exit(code)
@@ -198,6 +203,12 @@ def check_run(ctx: typer.Context | None, out: Path | None = None, device: str | 
         raise fail(err, ctx) from None
 
 
+def option_flag(name: str, flag: str | None = None) -> str:
+    """The command-line flag of setting ``name``: ``flag`` when the setting declares one, else ``--name`` with
+    dashes (``max_new_tokens`` -> ``--max-new-tokens``)."""
+    return flag or "--" + name.replace("_", "-")
+
+
 def settings_options(settings: type) -> list[inspect.Parameter]:
     """One keyword parameter per field of the settings dataclass ``settings`` (declared with
     :func:`headprobe.core.settings.setting`): a typer option with the field's help and default. A list is
@@ -205,7 +216,7 @@ def settings_options(settings: type) -> list[inspect.Parameter]:
     any other non-scalar default (``Rows``) as its text."""
     hints = typing.get_type_hints(settings)
     fields = dataclasses.fields(settings)
-    flags = {f.name: f.metadata.get("flag") or "--" + f.name.replace("_", "-") for f in fields}
+    flags = {f.name: option_flag(f.name, f.metadata.get("flag")) for f in fields}
     options = []
     for f in fields:
         meta = f.metadata
@@ -234,7 +245,7 @@ def settings_from(settings: type, values: dict[str, Any]) -> Any:
         if value is not None and form == "names":
             value = words(value)
         elif value is not None and form == "lengths":
-            value = token_counts(value, flag or "--" + name.replace("_", "-"))
+            value = token_counts(value, option_flag(name, flag))
         elif form == "paths":
             value = [str(p) for p in value] if value else None
         kwargs[name] = value

@@ -107,7 +107,7 @@ def _with_bar(plugin: Any, ctx: typer.Context, title: str, work: Any) -> Any:
     try:
         with progress_bar(title, ctx, info=True) as bar:
             return work(bar.report)
-    except (*plugin.errors, HeadprobeError) as err:
+    except plugin.errors as err:
         raise fail(err, ctx) from None
 
 

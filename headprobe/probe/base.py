@@ -162,8 +162,10 @@ class ProbedModel:
             nonlocal produced
             calls: list[AttentionCall] = []
             nxt = self._step(state, token, calls.append if probe else None)[:, -1].argmax(-1)
-            for call in calls:
-                probe(produced, int(nxt[0]), call)  # type: ignore[misc]
+            if calls:
+                token_id = int(nxt[0])  # one device sync per step, not per attention call
+                for call in calls:
+                    probe(produced, token_id, call)  # type: ignore[misc]
             produced += 1
             return nxt
 
