@@ -282,16 +282,17 @@ def run_models(
     record: tuple[str, dict[str, Any]],
     ranks: Ranks | None = None,
 ) -> RunReport[T]:
-    """``job(path, folder, name)`` for every checkpoint: one checkpoint writes into ``out`` itself and its
-    failure is the run's; several write into ``out/<name>/`` each, a failure recorded and the others run.
-    ``record`` is the job's name and settings for ``OUT/run.json`` (written when anything succeeded). The
-    run holds ``out`` (:func:`folder_lock`) throughout; with ``ranks`` of several processes, the first
-    holds it and writes the record."""
+    """``job(path, folder, name)`` for every checkpoint, each writing into ``out/<name>/`` (however many
+    there are, so that adding a checkpoint to a run never moves the results already there). One
+    checkpoint's failure is the run's; of several, a failure is recorded and the others run. ``record`` is
+    the job's name and settings for ``OUT/run.json`` (written when anything succeeded). The run holds
+    ``out`` (:func:`folder_lock`) throughout; with ``ranks`` of several processes, the first holds it and
+    writes the record."""
     names, ranks = unique_names(checkpoints), ranks or Ranks()
     with ranks.held_by_main(job_folder(out, record[0])):
         if len(checkpoints) == 1:
             report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
-            report.results[names[0]] = job(Path(checkpoints[0]), out, names[0])
+            report.results[names[0]] = job(Path(checkpoints[0]), out / names[0], names[0])
         else:
             report = run_each(checkpoints, lambda path, name: job(path, out / name, name), progress, out)
         report.primary = ranks.is_main

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import headprobe.analysis.items as items_mod
 import headprobe.metrics.registry as metrics_mod
-from headprobe.analysis import AnalyzeSettings, analyze, statistic
+from headprobe.analysis import AnalysisError, AnalyzeSettings, analyze, statistic
 from headprobe.cli import app
 from headprobe.metrics import Rows
 from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
@@ -109,9 +109,9 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
     # other settings would replace the results: refused, naming the setting, before any work
     for change, says in ((dict(rows="last:8"), "`rows` 'all' there, 'last:8' now"),
                          (dict(dtype="float64"), "`dtype` None there, 'float64' now")):  # fmt: skip
-        report = analyze([ours], tmp_path, settings(metrics=["entropy"], **change))
-        assert "holds results made with other settings" in report.errors["tiny"]
-        assert says in report.errors["tiny"], report.errors
+        with pytest.raises(AnalysisError, match="holds results made with other settings") as refused:
+            analyze([ours], tmp_path, settings(metrics=["entropy"], **change))
+        assert says in str(refused.value)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
     # a metric whose definition changed (a new revision) is recomputed, not read back
     revised = dataclasses.replace(metrics_mod.METRICS["entropy"], revision=99)
@@ -184,7 +184,8 @@ def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkp
         ["analyze", str(ours), "--lengths", "64", "--out", str(tmp_path / "d"), "--no-progress"],
         env={"COLUMNS": "300"},
     )
-    assert res.exit_code == 1 and "too short for the needle" in res.output and not (tmp_path / "d").exists()
+    # the one checkpoint's failure is the run's (exit 2, as for `ruler eval`); several: exit 1, above
+    assert res.exit_code == 2 and "too short for the needle" in res.output and not (tmp_path / "d").exists()
     for args, match in [
         (["--metrics", "entropy,attention"], "unknown metric"),
         (["--rows", "last:x"], "--rows"),
@@ -223,7 +224,7 @@ def test_memory_estimate_refuses_with_a_hint(tmp_path, checkpoints):
         ],
         env={"COLUMNS": "300"},
     )
-    assert res.exit_code == 1
+    assert res.exit_code == 2
     assert "needs about" in res.output and "GiB" in res.output and "--rows" in res.output
     assert "but --memory-limit allows only 0.5 GiB; raise --memory-limit, or analyse fewer rows" in res.output
     assert not (tmp_path / "m").exists()

@@ -83,7 +83,7 @@ def progress_lines(output: str) -> list[str]:
 
 def test_a_run_whose_checkpoint_fails_to_load_prints_no_finished_progress_line(broken, tmp_path):
     out = analyze_logged(str(broken), "--out", str(tmp_path / "r"))
-    assert out.exit_code == 1 and "broken/config.json is not valid JSON" in out.output
+    assert out.exit_code == 2 and "broken/config.json is not valid JSON" in out.output
     assert "(100%)" not in out.output and progress_lines(out.output) == []  # nothing was done
 
 
@@ -106,7 +106,7 @@ def test_a_checkpoint_failing_during_the_work_leaves_the_progress_where_it_stopp
 
     monkeypatch.setattr(items_mod, "run_pass", second_pass_fails)
     out = analyze_logged(str(tiny), "--out", str(tmp_path / "r"))
-    assert out.exit_code == 1 and "tiny: the second sample's pass failed" in out.output
+    assert out.exit_code == 2 and "error: the second sample's pass failed" in out.output
     assert "(100%)" not in out.output
     assert [line.split(" ")[1] for line in progress_lines(out.output)] == ["1/2"]  # sample 0 done, then the failure
 

@@ -92,7 +92,7 @@ def test_inputs_that_ended_in_a_traceback_end_in_one_line(tmp_path, ckpt):
     config["num_attention_heads"] = 12
     (folder / "config.json").write_text(json.dumps(config))
     res = invoke("analyze", folder, "--metrics", "entropy", "--lengths", "64", "--out", tmp_path / "o")
-    assert res.exit_code == 1 and "Traceback" not in res.output  # a checkpoint that fails: exit 1, as for any
+    assert res.exit_code == 2 and "Traceback" not in res.output  # the one checkpoint fails: the run's error
     errors = [line for line in res.output.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "cannot load as a Hugging Face causal LM" in errors[0]
     assert "not a multiple of the number of attention heads (12)" in errors[0] and "config.json" in errors[0]

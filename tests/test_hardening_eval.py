@@ -98,10 +98,10 @@ def test_eval_of_a_data_file_takes_its_lengths_and_refuses_a_filter_that_leaves_
     res = invoke(*base)  # no --lengths: the file's
     assert res.exit_code == 0, res.output
     assert len(loads) == 1
-    scores, per_length = length_rows(out)
+    scores, per_length = length_rows(out / "long")
     assert scores.meta.settings["lengths"] == [2048] and scores.meta.settings["tasks"] == ["niah_single_1", "qa_1"]
     assert list(per_length.index) == [2048] and per_length.loc[2048, "n"] == 2 == per_length.loc[2048, "n_tasks"]
-    samples = read_table(out / "ruler_samples.parquet").frame
+    samples = read_table(out / "long" / "ruler_samples.parquet").frame
     assert len(samples) == 4 and set(samples.length) == {2048}
     assert "2,048" in res.output and "tasks in mean" not in res.output  # every task scored: nothing to say
 
@@ -140,7 +140,7 @@ def test_generate_skips_tasks_too_long_for_a_length_and_eval_says_so(tmp_path, c
     out = tmp_path / "r"
     res = invoke("ruler", "eval", checkpoints["long"], "--data", data, "--out", out, "--no-progress")
     assert res.exit_code == 0, res.output
-    scores, per_length = length_rows(out)
+    scores, per_length = length_rows(out / "long")
     assert (per_length.loc[1024, "n"], per_length.loc[1024, "n_tasks"]) == (1, 3)
     assert per_length.loc[1024, "skipped"] == "vt,cwe"
     task_rows = scores.frame[scores.frame.scope == "task"]
@@ -227,7 +227,7 @@ def test_allow_beyond_trained_warns_and_is_recorded(tmp_path, checkpoints):
     res = invoke("ruler", "eval", checkpoints["short"], *opts, "--allow-beyond-trained")
     assert res.exit_code == 0, res.output
     assert "warning:" in res.output and "exceed the 512 positions" in flat(res)
-    scores = read_table(out / "ruler_scores.parquet")
+    scores = read_table(out / "short" / "ruler_scores.parquet")
     assert scores.meta.settings["allow_beyond_trained"] is True and scores.meta.settings["lengths"] == [1024]
     assert json.loads((out / "run.json").read_text())["settings"]["allow_beyond_trained"] is True
 

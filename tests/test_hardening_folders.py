@@ -43,7 +43,7 @@ def test_analyze_refuses_a_folder_with_another_checkpoints_results(analysed, mod
     out = tmp_path / "out"
     shutil.copytree(analysed, out)
     before = snapshot(out)
-    message = one_error(analyze(models[1], out), 1, f"{out / 'tiny'} holds the results of another checkpoint",
+    message = one_error(analyze(models[1], out), 2, f"{out / 'tiny'} holds the results of another checkpoint",
                         str(models[0].resolve()), "another --out", "delete")  # fmt: skip
     assert "--out" in message
     assert snapshot(out) == before
@@ -53,7 +53,7 @@ def test_analyze_refuses_a_rerun_with_other_settings_and_names_them(analysed, mo
     out = tmp_path / "out"
     shutil.copytree(analysed, out)
     before = snapshot(out)
-    one_error(analyze(models[0], out, "--seed", "7"), 1, "holds results made with other settings",
+    one_error(analyze(models[0], out, "--seed", "7"), 2, "holds results made with other settings",
               "--seed 0 there, 7 now", "rerun with the same settings")  # fmt: skip
     assert snapshot(out) == before
 

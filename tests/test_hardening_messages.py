@@ -70,7 +70,7 @@ def test_ruler_eval_measures_data_that_records_no_tokenizer(tmp_path, bpe_model)
     flat = " ".join(res.output.split())
     assert f"--data {foreign} records no tokenizer; measured with this model's: at 512 tokens they are " in flat
     assert f"{min(counts):,}-{max(counts):,}" in flat
-    assert (tmp_path / "out" / "ruler_scores.parquet").is_file()  # and evaluated them
+    assert (tmp_path / "out" / bpe_model.name / "ruler_scores.parquet").is_file()  # and evaluated them
 
 
 @pytest.fixture(scope="module")

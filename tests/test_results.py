@@ -127,7 +127,7 @@ def test_run_each_isolates_expected_failures_only(tmp_path):
         run_each([tmp_path / "a", tmp_path / "x" / ".." / "a"], job, Silent())
 
 
-def test_run_models_one_into_out_several_into_folders(tmp_path):
+def test_run_models_writes_each_model_into_its_folder_one_as_several(tmp_path):
     seen = []
 
     def job(path: Path, folder: Path, name: str) -> str:
@@ -137,7 +137,7 @@ def test_run_models_one_into_out_several_into_folders(tmp_path):
         return name
 
     one = run_models([tmp_path / "a"], tmp_path / "out", job, Silent(), ("toy job", {"s": 1}))
-    assert seen == [("a", tmp_path / "out")] and isinstance(one, RunReport)
+    assert seen == [("a", tmp_path / "out" / "a")] and isinstance(one, RunReport)
     record = json.loads((tmp_path / "out" / "run.json").read_text())
     assert (
         record["job"] == "toy job"

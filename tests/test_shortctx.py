@@ -257,8 +257,8 @@ def test_shortctx_cli(tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["shortctx", "eval", str(tmp_path / "ck"), "--limit", "6", "--out", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
-    scores = read_table(tmp_path / "r" / "shortctx_scores.parquet").frame.set_index("metric")
-    items = read_table(tmp_path / "r" / "shortctx_items.parquet").frame
+    scores = read_table(tmp_path / "r" / "ck" / "shortctx_scores.parquet").frame.set_index("metric")
+    items = read_table(tmp_path / "r" / "ck" / "shortctx_items.parquet").frame
     assert scores.loc["acc", "n"] == 6 and len(items) == 6 and 0 <= scores.loc["acc", "value"] <= 1
     assert scores.loc["acc", "value"] == pytest.approx((items.pred == items.label).mean())  # derived from the items
     assert scores.loc["acc_norm", "value"] == pytest.approx((items.pred_norm == items.label).mean())
@@ -279,7 +279,7 @@ def test_shortctx_cli_dtype(tmp_path):
         args = ["shortctx", "eval", str(tmp_path / "ck"), "--limit", "9", "--dtype", dtype, "--out", str(out)]
         res = runner.invoke(app, args)
         assert res.exit_code == 0, res.output
-        results[dtype] = read_table(out / "shortctx_scores.parquet")
+        results[dtype] = read_table(out / "ck" / "shortctx_scores.parquet")
     assert results["float64"].meta.settings["dtype"] == "float64"
     acc = {d: r.frame.set_index("metric").loc["acc", "value"] for d, r in results.items()}
     assert acc["float64"] == acc["float32"]  # same weights, more precise sums

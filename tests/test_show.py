@@ -188,7 +188,7 @@ def test_show_on_analyze_output_prints_every_metric_for_the_model(outputs):
 
 def test_show_on_ruler_and_shortctx_output_prints_their_scores(outputs):
     text = show(str(outputs / "r")).output
-    samples = pd.read_parquet(outputs / "r" / "ruler_samples.parquet")
+    samples = pd.read_parquet(outputs / "r" / NAME / "ruler_samples.parquet")
     assert len(samples) == 1 and samples["length"].tolist() == [512]
     score = f"{samples['score'].mean():.3f}"  # one task at one length: the length's and the overall score
     assert table_header(text, "RULER-style score by length") == ["model", "512", "overall"]
@@ -196,7 +196,7 @@ def test_show_on_ruler_and_shortctx_output_prints_their_scores(outputs):
     assert "retrieval heads" not in text
 
     text = show(str(outputs / "s")).output
-    items = pd.read_parquet(outputs / "s" / "shortctx_items.parquet")
+    items = pd.read_parquet(outputs / "s" / NAME / "shortctx_items.parquet")
     assert len(items) == 12
     acc = (items["pred"] == items["label"]).mean()
     acc_norm = (items["pred_norm"] == items["label"]).mean()

@@ -44,17 +44,15 @@ from headprobe.probe import ProbedModel, check_trained_lengths, load_model, pars
 from headprobe.probe.ablation import AblationMode, Head, check_heads
 from headprobe.results import Column, Schema
 from headprobe.runs import (
-    CHECKPOINT_ERRORS,
     Parts,
     Progress,
     RunReport,
     Silent,
     checkpoint_name,
-    job_folder,
     resume_key,
+    run_models,
     table_meta,
     write_results,
-    write_run_record,
 )
 from headprobe.text.needles import needle_prompt, needle_set
 from headprobe.text.prompt_format import Wrapper
@@ -176,15 +174,16 @@ def accuracy_table(samples: pd.DataFrame) -> pd.DataFrame:
 def ablate_checkpoint(
     path: Path,
     name: str,
-    out: Path,
+    folder: Path,
     s: AblateSettings,
     ranking: Ranking | None,
     device: str,
     progress: Progress,
     memory: int | None,
 ) -> pd.DataFrame:
-    """Every condition of one model (finished parts skipped); returns its ``ablation`` table. ``ranking``:
-    the model's heads by retrieval score (:func:`ranked_heads`), ``None`` without ``from_results``."""
+    """Every condition of one model into ``folder`` (finished parts skipped); returns its ``ablation``
+    table. ``ranking``: the model's heads by retrieval score (:func:`ranked_heads`), ``None`` without
+    ``from_results``."""
     if ranking is not None and ranking.model != name:
         progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
@@ -206,7 +205,7 @@ def ablate_checkpoint(
                 else ruler_prompts(model, s, task, length, wrapper)
             )
             prompts[task, length] = made
-    folder, parts = out / name, Parts(out / name)
+    parts = Parts(folder)
     batch = {n: decode_batch_size(model, n, memory) for n in s.lengths}
     items = [(c, task, length) for c in dict.fromkeys(runs) for (task, length) in prompts]  # a set named twice: once
     progress.start(sum(len(prompts[t, n]) for _, t, n in items), name)
@@ -258,22 +257,10 @@ def ablate(
     rankings: dict[str, Ranking | None] = {}
     for path in checkpoints:  # a missing or unusable retrieval table is refused before any model loads
         check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
-        name = checkpoint_name(path)
-        rankings[name] = ranked_heads(s.from_results, name) if s.from_results else None
-    out, progress = Path(out), progress or Silent()
-    report: RunReport[pd.DataFrame] = RunReport(out=out)
-    with job_folder(out, "ablate"):
-        for path in checkpoints:
-            name = checkpoint_name(path)
-            report.checkpoints[name] = str(path)
-            try:
-                report.results[name] = ablate_checkpoint(
-                    Path(path), name, out, s, rankings[name], device, progress, memory_limit
-                )
-            except CHECKPOINT_ERRORS as err:
-                if len(checkpoints) == 1:
-                    raise
-                report.errors[name] = str(err)
-        if report.results:
-            write_run_record(out, "ablate", s.to_dict(), report)
-    return report
+        rankings[str(path)] = ranked_heads(s.from_results, checkpoint_name(path)) if s.from_results else None
+    progress = progress or Silent()
+
+    def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
+        return ablate_checkpoint(path, name, folder, s, rankings[str(path)], device, progress, memory_limit)
+
+    return run_models(checkpoints, Path(out), job, progress, ("ablate", s.to_dict()))

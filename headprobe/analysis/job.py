@@ -46,12 +46,10 @@ from headprobe.runs import (
     RunReport,
     Silent,
     done_earlier,
-    job_folder,
     require_fits,
-    run_each,
+    run_models,
     table_meta,
     write_results,
-    write_run_record,
 )
 from headprobe.text.needles import needle_prompt, needle_set
 
@@ -179,14 +177,14 @@ def plan_items(
 def analyze_checkpoint(
     path: Path,
     name: str,
-    out: Path,
+    folder: Path,
     s: AnalyzeSettings,
     device: str = "cpu",
     memory_limit: int | None = None,
     progress: Progress | None = None,
     ranks: Ranks | None = None,
 ) -> pd.DataFrame:
-    """Every item of one checkpoint (skipping finished ones); returns its ``analysis_summary``.
+    """Every item of one checkpoint (skipping finished ones) into ``folder``; returns its ``analysis_summary``.
 
     With ``ranks`` of several processes (``torchrun``), each computes its share of the items and the
     first merges them; the others return an empty frame."""
@@ -194,7 +192,7 @@ def analyze_checkpoint(
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)  # before anything heavy loads
     if warning:
         progress.log(f"{name}: {warning}")
-    folder, parts, metrics = out / name, Parts(out / name), s.chosen()
+    parts, metrics = Parts(folder), s.chosen()
     check_parts(parts, [s.key(m, n, path, []) for m in metrics for n in s.lengths], folder)
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     check_inputs(model, name, s, MemoryBudget.of(device, memory_limit))
@@ -298,14 +296,9 @@ def analyze(
     per_checkpoint = sum(_units(m, settings) for m in settings.chosen()) * len(settings.lengths)
     progress.start(per_checkpoint * len(checkpoints), "analyze")
 
-    def job(path: Path, name: str) -> pd.DataFrame:
+    def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
         # units count as they are done: a checkpoint that fails leaves the units it did not do uncounted
         # (the bar of a run with a failure does not end full as if they had been done)
-        return analyze_checkpoint(path, name, out, settings, device, memory_limit, progress, ranks)
+        return analyze_checkpoint(path, name, folder, settings, device, memory_limit, progress, ranks)
 
-    with ranks.held_by_main(job_folder(out, "analyze")):
-        report = run_each(checkpoints, job, progress, out)
-        report.primary = ranks.is_main
-        if report.results and ranks.is_main:  # nothing is written when every checkpoint failed
-            write_run_record(out, "analyze", settings.to_dict(), report)
-    return report
+    return run_models(checkpoints, out, job, progress, ("analyze", settings.to_dict()), ranks)

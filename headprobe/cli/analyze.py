@@ -35,9 +35,7 @@ def analyze(
     exact and without any L x L matrix; tidy Parquet tables per checkpoint."""
     from headprobe.analysis import analyze as run
     from headprobe.cli.progress import progress_bar
-    from headprobe.core.atomic import FolderBusy
     from headprobe.metrics import METRICS
-    from headprobe.probe import BeyondTrainedError
 
     check_run(ctx, out, device)
     counts = ("samples", "topk", "max_new_tokens")
@@ -50,7 +48,7 @@ def analyze(
     with resumable(out, ctx), progress_bar("analyze", ctx, enabled=progress) as bar:
         try:
             report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
-        except (FolderBusy, BeyondTrainedError) as err:  # refused before any model loads
+        except HeadprobeError as err:  # refused before any model loads, or the one checkpoint failed
             raise fail(err, ctx) from None
     if not report.primary:  # another process of a torchrun launch: the first one reports
         return

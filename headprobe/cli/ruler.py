@@ -128,7 +128,7 @@ def ruler_eval(
         return
     console = wide_console()
     for name, scores in report.results.items():
-        console.print(score_table(scores), f"{name}: {out if len(checkpoints) == 1 else out / name}")
+        console.print(score_table(scores), f"{name}: {out / name}")
     if len(checkpoints) > 1 and report.results:
         console.print(comparison_table(report.results))
     for name, message in report.errors.items():

@@ -1,6 +1,6 @@
 """``headprobe ruler eval``: greedy decoding on RULER-style samples, scored exactly as RULER scores.
 
-For each model, in ``OUT`` (one model) or ``OUT/<name>/`` (several, as in ``headprobe analyze``):
+For each model, in ``OUT/<name>/`` (however many there are, as in ``headprobe analyze``):
 
 * ``predictions/<task>-<length>.jsonl``: the working files, appended per batch (a rerun continues);
 * ``ruler_samples.parquet`` and the derived ``ruler_scores.parquet`` (:mod:`headprobe.evals.ruler.tables`).
@@ -297,7 +297,7 @@ def evaluate_many(
 ) -> RunReport[pd.DataFrame]:
     """:func:`evaluate` for each checkpoint (e.g. the members of a grid) on the same samples.
 
-    One checkpoint writes into ``out`` itself; several write into ``out/<name>/`` each. A checkpoint that
+    Each checkpoint writes into ``out/<name>/``, one as several. A checkpoint that
     fails (missing, too short a context, out of memory) is reported under ``errors`` and the others run.
     Bad settings or data, and lengths beyond what any checkpoint was trained on (without
     ``allow_beyond_trained``), fail the whole run before any checkpoint is loaded.

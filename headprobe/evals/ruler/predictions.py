@@ -1,5 +1,5 @@
-"""The working files of ``ruler eval``: ``OUT/predictions/<task>-<length>.jsonl``, appended as batches
-finish, so a rerun continues where a run stopped; ``OUT/predictions/run.json`` holds the resume key they
+"""The working files of ``ruler eval``: ``OUT/<model>/predictions/<task>-<length>.jsonl``, appended as batches
+finish, so a rerun continues where a run stopped; ``OUT/<model>/predictions/run.json`` holds the resume key they
 were made with, and a run with another key is refused instead of mixing predictions. Under ``torchrun``
 process ``r > 0`` appends to ``<task>-<length>.p<r>.jsonl`` instead (one writer per file), and every
 reader takes the predictions of all of a task and length's files."""
@@ -17,7 +17,7 @@ CLAIM = "run.json"
 
 
 class Predictions:
-    """The prediction files of one model's evaluation (in ``OUT/predictions/``)."""
+    """The prediction files of one model's evaluation (in ``OUT/<model>/predictions/``)."""
 
     def __init__(self, out: Path, writer: int = 0) -> None:
         """``writer``: the process (rank) whose file :meth:`append` writes and :meth:`done` may repair."""

@@ -1,6 +1,6 @@
 """``headprobe shortctx eval``: multiple-choice accuracy of one or more models, as tidy tables.
 
-For each model, in ``OUT`` (one model) or ``OUT/<name>/`` (several): ``shortctx_items.parquet`` (one row
+For each model, in ``OUT/<name>/`` (however many there are): ``shortctx_items.parquet`` (one row
 per item: label, predictions, the choices' log-likelihoods) and the derived ``shortctx_scores.parquet``
 (``acc`` and ``acc_norm``). A rerun with the same settings reuses the finished items (``parts/``);
 ``OUT/run.json`` records the run.
@@ -146,8 +146,8 @@ def evaluate(
 def evaluate_many(
     checkpoints: Sequence[str | Path], out: str | Path, settings: ShortCtxSettings, **kwargs: Any
 ) -> RunReport[pd.DataFrame]:
-    """:func:`evaluate` for each checkpoint: ``out`` itself for one, ``out/<name>/`` each for several; a
-    failing checkpoint is reported and the others still run."""
+    """:func:`evaluate` for each checkpoint, into ``out/<name>/`` each; a failing checkpoint is reported and
+    the others still run."""
     settings.items()  # bad settings fail once, before any checkpoint is loaded
 
     def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
