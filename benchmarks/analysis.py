@@ -63,8 +63,8 @@ def run_headprobe(length: int) -> dict:
     import torch
     from _report import measure
 
+    from headprobe.hooked import load_model
     from headprobe.metrics import attention_entropy
-    from headprobe.probe import load_model
 
     model = load_model(_model_dir())
     ids = torch.randint(3, 512, (1, length), generator=torch.Generator().manual_seed(0))

@@ -29,9 +29,9 @@ import time
 def _model(checkpoint: str | None):
     import torch
 
+    from headprobe.hooked import HeadprobeModel, load_model
     from headprobe.model.presets import preset
     from headprobe.model.transformer import Transformer
-    from headprobe.probe import HeadprobeModel, load_model
     from headprobe.text.toy_tokenizer import open_tokenizer
 
     if checkpoint:

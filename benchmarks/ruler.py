@@ -4,7 +4,7 @@
 
 1. Samples/s of ``RulerGenerator`` (one sample of each of the 13 tasks per length) with the byte
    tokenizer and with a BPE tokenizer trained locally (8K vocabulary), against a naive search that
-   re-tokenises the whole prompt at every probe of the same binary search (RULER's own method).
+   re-tokenises the whole prompt at every trial of the same binary search (RULER's own method).
 2. ``headprobe ruler eval`` on a toy checkpoint (random init, toy-d32) at 4,096 tokens: throughput
    decoding one sample at a time against batches of left-padded caches, and whether both predict alike.
 """
@@ -27,7 +27,7 @@ def bpe_tokenizer(folder: Path):
 
 
 def naive_fit(draft, budget, counter, what):
-    """The same binary search, but every probe renders and tokenises the whole prompt."""
+    """The same binary search, but every trial renders and tokenises the whole prompt."""
     lo, hi = draft.n_min, draft.n_max
 
     def count(n: int) -> int:
@@ -81,7 +81,7 @@ def main() -> None:
         f"Machine: {machine()}. Command: `python benchmarks/ruler.py --lengths {args.lengths}`.",
         "Generation: one sample of each of the 13 tasks per length (samples/s over the 13). `piece counts` is",
         "headprobe's fitting (token counts of pieces, one full tokenisation to confirm); `naive` runs the same",
-        "binary search but re-tokenises the whole prompt at every probe.",
+        "binary search but re-tokenises the whole prompt at every trial.",
         "",
         "| tokenizer | tokens | piece counts (samples/s) | naive (samples/s) | speed-up |",
         "|---|---:|---:|---:|---:|",

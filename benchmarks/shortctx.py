@@ -25,10 +25,10 @@ def main() -> None:
     from _report import machine, today, write_section
 
     from headprobe.evals.shortctx import builtin_items, evaluate_items
+    from headprobe.hooked import HeadprobeModel
     from headprobe.model.presets import preset
     from headprobe.model.tokenizer import ByteTokenizer
     from headprobe.model.transformer import Transformer
-    from headprobe.probe import HeadprobeModel
 
     torch.manual_seed(0)
     model = HeadprobeModel(Transformer(preset(args.preset)), ByteTokenizer(), args.preset)

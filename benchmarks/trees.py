@@ -87,9 +87,12 @@ def child_entropy(length) -> dict:
     from _report import measure
 
     try:
-        from headprobe.probe import load_model
-    except ImportError:  # the layout before headprobe/probe/
-        from headprobe.models import load_model
+        from headprobe.hooked import load_model
+    except ImportError:  # the layouts before headprobe/hooked/: headprobe/probe/, and before it headprobe/models/
+        try:
+            from headprobe.probe import load_model  # type: ignore[no-redef]
+        except ImportError:
+            from headprobe.models import load_model  # type: ignore[no-redef]
     from headprobe.metrics import attention_entropy
 
     model = load_model(os.environ["HEADPROBE_BENCH_MODEL"])

@@ -8,7 +8,7 @@
     report.table("entropy")                                        # a tidy table over every model
 
 Packages, bottom to top (each imports only those below it; see docs/index.md): ``model`` (the model
-family), ``text`` and ``results`` (offline text; the results format), ``probe`` (models as the analyses
+family), ``text`` and ``results`` (offline text; the results format), ``hooked`` (models as the analyses
 see them), ``stats`` (the streaming engine), ``metrics``, ``runs`` (job plumbing), ``analysis`` /
 ``evals`` (the jobs), ``cli`` (the command line).
 """
@@ -19,14 +19,14 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "load_model": "headprobe.probe",
-    "ProbedModel": "headprobe.probe",
+    "load_model": "headprobe.hooked",
+    "HookedModel": "headprobe.hooked",
     "analyze": "headprobe.analysis",
     "AnalyzeSettings": "headprobe.analysis",
     "read_table": "headprobe.results",
     "collect": "headprobe.results",
 }
-_PACKAGES = ("model", "text", "results", "probe", "stats", "metrics", "runs", "analysis", "evals", "testing")
+_PACKAGES = ("model", "text", "results", "hooked", "stats", "metrics", "runs", "analysis", "evals", "testing")
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 
 

@@ -102,7 +102,7 @@ class TableMeta:
         versions: library versions.
         created: UTC time of writing (ISO 8601).
         format: the results format version.
-        model_facts: what the model itself declared (:meth:`headprobe.probe.ProbedModel.facts`: the file it
+        model_facts: what the model itself declared (:meth:`headprobe.hooked.HookedModel.facts`: the file it
             was converted from, the end tokens decoding stopped on, whether it has a chat template).
     """
 

@@ -25,8 +25,8 @@ import torch
 from headprobe.core.atomic import FolderBusy, atomic_write_text, folder_lock
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.ranks import Ranks
+from headprobe.hooked.gguf import is_gguf
 from headprobe.model.budget import MemoryEstimate
-from headprobe.probe.gguf import is_gguf
 from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
 
 T = TypeVar("T")
@@ -145,7 +145,7 @@ def write_results(
     facts: dict[str, Any] | None = None,
 ) -> None:
     """Write each ``(schema, frame)`` as ``folder/<table>.parquet`` with this run's metadata (``facts``: what
-    the model declared, :meth:`headprobe.probe.ProbedModel.facts`), and with a ``model`` column (``model``
+    the model declared, :meth:`headprobe.hooked.HookedModel.facts`), and with a ``model`` column (``model``
     where the frame has none): every table of a results folder names the model its rows describe (the
     contract of :func:`headprobe.results.collect`), however the frame was made."""
     for schema, frame in tables:

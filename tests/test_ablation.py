@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 import headprobe as hp
 from headprobe.ablation import AblateSettings, conditions, ranked_heads
 from headprobe.cli import app
+from headprobe.hooked import HeadprobeModel
+from headprobe.hooked.ablation import AblationError, Head, parse_heads
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import AttentionConfig, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import HeadprobeModel
-from headprobe.probe.ablation import AblationError, Head, parse_heads
 from headprobe.results import TableMeta, write_table
 from headprobe.testing import build_toy_hf_model, tiny_config
 

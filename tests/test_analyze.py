@@ -15,11 +15,11 @@ import headprobe.analysis.items as items_mod
 import headprobe.metrics.registry as metrics_mod
 from headprobe.analysis import AnalysisError, AnalyzeSettings, analyze, statistic
 from headprobe.cli import app
+from headprobe.hooked import load_model
 from headprobe.metrics import Rows
 from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import load_model
 from headprobe.results import read_meta, read_table
 from headprobe.testing import tiny_config
 from headprobe.text.haystack import text_inputs

@@ -1,6 +1,6 @@
 """Batched decoding of prompts of different lengths (left-padded KV caches) against per-prompt decoding.
 
-The model-level checks (our checkpoints and Hugging Face models) are in test_probed_models.py."""
+The model-level checks (our checkpoints and Hugging Face models) are in test_hooked_models.py."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 import torch
 from reference import complex_rope, loop_attention
 
+from headprobe.hooked import HeadprobeModel
 from headprobe.model.attention import AttentionBackendError, attention
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import HeadprobeModel
 from headprobe.testing import tiny_config
 
 
@@ -94,7 +94,7 @@ def test_probes_refuse_padded_batches():
     for n, c in zip((3, 6), caches, strict=True):
         model(torch.randint(0, 40, (1, n)), cache=c)
     stacked = KVCache.stack(caches)
-    with model.probe(lambda call: None), pytest.raises(ValueError, match="one at a time"):
+    with model.hook(lambda call: None), pytest.raises(ValueError, match="one at a time"):
         model(torch.randint(0, 40, (2, 1)), cache=stacked)
 
 

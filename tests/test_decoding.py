@@ -1,4 +1,4 @@
-"""The one greedy loop (issue 30: Transformer.generate and ProbedModel.decode / decode_batch shared none)."""
+"""The one greedy loop (issue 30: Transformer.generate and HookedModel.decode / decode_batch shared none)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def test_the_loop_ends_when_every_row_has_stopped():
 
 
 def test_generate_and_decode_give_the_same_tokens_through_the_one_loop():
+    from headprobe.hooked.ours import HeadprobeModel
     from headprobe.model.tokenizer import ByteTokenizer
     from headprobe.model.transformer import Transformer
-    from headprobe.probe.ours import HeadprobeModel
     from headprobe.testing import tiny_config
 
     torch.manual_seed(0)
@@ -39,5 +39,5 @@ def test_generate_and_decode_give_the_same_tokens_through_the_one_loop():
     assert free == HeadprobeModel(model, ByteTokenizer(), "tiny").decode(prompt, 12)  # no stop: 12 tokens each
     stop = [free[3]]  # a token the continuation reaches by its fourth step
     ours = model.generate(prompt, 12, stop_ids=stop)[0].tolist()
-    probed = HeadprobeModel(model, ByteTokenizer(), "tiny").decode(prompt, 12, stop_ids=stop)
-    assert ours == probed == free[: free.index(stop[0]) + 1]
+    hooked = HeadprobeModel(model, ByteTokenizer(), "tiny").decode(prompt, 12, stop_ids=stop)
+    assert ours == hooked == free[: free.index(stop[0]) + 1]

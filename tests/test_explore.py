@@ -24,10 +24,10 @@ from typer.testing import CliRunner
 from headprobe.cli import app as cli
 from headprobe.explore import TILE, ModelView, TileSpec, api_answer, pooled_mass, top_level
 from headprobe.explore.inputs import needle_input, ruler_input, text_input
+from headprobe.hooked import HeadprobeModel, load_model
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import HeadprobeModel, load_model
 from headprobe.testing import tiny_config
 
 

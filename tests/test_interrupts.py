@@ -31,12 +31,12 @@ def ckpt(tmp_path_factory):
 # interrupt a ruler evaluation between samples however fast the tiny model answers
 SLOW_DECODING = """
 import sys, time
-from headprobe.probe import base
-decode = base.ProbedModel.decode
+from headprobe.hooked import base
+decode = base.HookedModel.decode
 def slow(self, *args, **kwargs):
     time.sleep(1.0)
     return decode(self, *args, **kwargs)
-base.ProbedModel.decode = slow
+base.HookedModel.decode = slow
 from headprobe.cli import app
 app(prog_name="headprobe", args=sys.argv[1:])
 """

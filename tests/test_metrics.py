@@ -12,6 +12,7 @@ import pytest
 import torch
 from reference import dense_entropy_per_head, dense_probs, entropy_of
 
+from headprobe.hooked import HeadprobeModel, HookedModel
 from headprobe.metrics import (
     attention_entropy,
     effective_rank,
@@ -28,7 +29,6 @@ from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.stats import attention_stats
 from headprobe.testing import build_toy_bpe, tiny_config
 from headprobe.text.haystack import text_inputs
@@ -266,7 +266,7 @@ def test_needle_prompt_is_its_text_tokenised_whole(tmp_path, kind):
         assert tok.decode(p.ids[p.answer_start - 1 : p.answer_start]) != " "  # no lone space before it
 
 
-class CopyModel(ProbedModel):
+class CopyModel(HookedModel):
     """A hand-built two-layer model. Layer 1 head 0 has one-hot positional queries and keys with
     q_t = 50 * e(answer_start + t) and k_j = e(j), so at decode step t its argmax is the t-th answer
     token, which the model emits; after the answer it attends just past it and emits a newline.
@@ -284,7 +284,7 @@ class CopyModel(ProbedModel):
         self.fail_depths = fail_depths
         self.target: tuple[int, int] | None = None
 
-    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, hook=None):
         ids = prompt_ids[0].tolist()
         start, end = _answer_span(ids)
         depth_fails = any(abs(start / len(ids) * 100 - d) < 15 for d in self.fail_depths)
@@ -301,7 +301,7 @@ class CopyModel(ProbedModel):
             for layer, window in ((0, 8), (1, None)):
                 kk = k if window is None else k[max(0, n - window) :]
                 qq = q if layer == 1 else torch.zeros_like(q)
-                probe(step, token, AttentionCall(layer, "sliding" if window else "full", qq[None], kk[None, None]
+                hook(step, token, AttentionCall(layer, "sliding" if window else "full", qq[None], kk[None, None]
                                                  .expand(1, 2, -1, -1), window, 1.0, n - kk.shape[0]))  # fmt: skip
             if stop_ids and token in stop_ids:
                 break

@@ -1,4 +1,4 @@
-"""The model against an independent dense float64 implementation, plus hooks, probes and decoding."""
+"""The model against an independent dense float64 implementation, plus hooks and decoding."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_probe_sees_post_rope_q_k_with_window_and_scale():
     ids = torch.randint(0, 40, (1, 9))
     seen: list[AttentionCall] = []
     _, cache = model.run_with_cache(ids)
-    with model.probe(seen.append):
+    with model.hook(seen.append):
         model(ids)
     assert [c.layer for c in seen] == [0, 1, 2, 3]
     for c in seen:
@@ -134,7 +134,7 @@ def test_probe_sees_post_rope_q_k_with_window_and_scale():
         assert c.layer_type == ("full" if c.layer == 3 else "sliding") and c.key_start == 0
         torch.testing.assert_close(c.q, cache[f"blocks.{c.layer}.attn.hook_rot_q"].transpose(1, 2))
         torch.testing.assert_close(c.k, cache[f"blocks.{c.layer}.attn.hook_rot_k"].transpose(1, 2))
-    assert not model.seam.probing  # detached when the context closed
+    assert not model.seam.hooked  # detached when the context closed
 
 
 def test_probe_key_start_during_decoding():
@@ -142,7 +142,7 @@ def test_probe_key_start_during_decoding():
     kv = KVCache(model.cfg)
     model(torch.randint(0, 40, (1, 12)), cache=kv)
     seen: list[AttentionCall] = []
-    with model.probe(seen.append):
+    with model.hook(seen.append):
         model(torch.randint(0, 40, (1, 1)), cache=kv)
     by_layer = {c.layer: c for c in seen}
     # position 12: the sliding layers (window 5) hold keys 8..12, the full layer keys 0..12

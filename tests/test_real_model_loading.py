@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 import headprobe as hp
 from headprobe.cli import app
 from headprobe.core.paths import file_sha256
+from headprobe.hooked import ModelLoadError
+from headprobe.hooked.gguf import SOURCE_FILE, cached_folder
+from headprobe.hooked.stops import declared_stop_tokens
 from headprobe.model.tokenizer import HFTokenizer
-from headprobe.probe import ModelLoadError
-from headprobe.probe.gguf import SOURCE_FILE, cached_folder
-from headprobe.probe.stops import declared_stop_tokens
 from headprobe.runs import checkpoint_name
 from headprobe.testing import build_toy_hf_model
 from headprobe.text.needles import NEEDLES, needle_prompt
@@ -98,7 +98,7 @@ def test_a_converted_file_is_read_from_the_cache_by_content(tmp_path, monkeypatc
     assert folder == tmp_path / "cache" / "gguf" / sha
     shutil.copytree(toy_folder, folder)
     (folder / SOURCE_FILE).write_text(json.dumps({"file": "My-Model.Q4.gguf", "sha256": sha}))
-    import headprobe.probe.gguf as gguf_mod
+    import headprobe.hooked.gguf as gguf_mod
 
     monkeypatch.setattr(gguf_mod, "_convert", lambda *a: pytest.fail("converted although cached"))
     model = hp.load_model(tmp_path / "My-Model.Q4.gguf")
@@ -107,15 +107,15 @@ def test_a_converted_file_is_read_from_the_cache_by_content(tmp_path, monkeypatc
     assert model.facts()["source"]["sha256"] == sha
     # a length beyond the file's own context is refused from the header, before any conversion
     _gguf_file(tmp_path / "other.gguf", context=512)
-    with pytest.raises(hp.probe.BeyondTrainedError, match=r"1,024 tokens exceed the 512 positions"):
-        hp.probe.check_trained_lengths(tmp_path / "other.gguf", [1024])
+    with pytest.raises(hp.hooked.BeyondTrainedError, match=r"1,024 tokens exceed the 512 positions"):
+        hp.hooked.check_trained_lengths(tmp_path / "other.gguf", [1024])
 
 
 def test_a_half_written_cache_entry_is_not_taken_for_a_conversion(tmp_path, monkeypatch, toy_folder):
     """A conversion that dies midway leaves no folder holding source.json, so the next run converts again."""
     monkeypatch.setenv("HEADPROBE_CACHE", str(tmp_path / "cache"))
     _gguf_file(tmp_path / "m.gguf")
-    import headprobe.probe.gguf as gguf_mod
+    import headprobe.hooked.gguf as gguf_mod
 
     def dies(path, out):
         (out / "config.json").write_text("{}")

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headprobe.hooked import ModelLoadError
 from headprobe.model.budget import MemoryEstimate
-from headprobe.probe import ModelLoadError
 from headprobe.results import Column, ResultsError, Schema, TableMeta, collect, read_meta, read_table, write_table
 from headprobe.runs import (
     DoesNotFit,

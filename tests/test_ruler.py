@@ -18,10 +18,10 @@ from headprobe.evals.ruler import templates as T
 from headprobe.evals.ruler.evaluate import RulerSettings, evaluate
 from headprobe.evals.ruler.qa import load_hotpotqa, load_squad
 from headprobe.evals.ruler.tables import overall, per_length, per_task
+from headprobe.hooked import HeadprobeModel, HookedModel
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import HeadprobeModel, ProbedModel
 from headprobe.results import collect, read_table
 from headprobe.runs import DoesNotFit
 from headprobe.testing import build_toy_bpe
@@ -187,11 +187,11 @@ def test_every_answer_is_in_the_input(samples, tok_name):
             assert numbers == list(range(1, len(numbers) + 1))  # numbered from 1, as RULER (i + 1)
 
 
-def _probe_tokens(gen, task, length, n, probe=0):
-    """Tokens of probe sample ``probe`` (``probe-<i>``: a sample of its own, not one of those generated)
+def _trial_tokens(gen, task, length, n, trial=0):
+    """Tokens of trial sample ``trial`` (seeded ``probe-<i>``: a sample of its own, not one of those generated)
     at size ``n``, counted independently here; and the budget."""
     budget = length - task.tokens_to_generate
-    draft = gen._draft(task, budget, length, f"probe-{probe}")[0]
+    draft = gen._draft(task, budget, length, f"probe-{trial}")[0]
     text, prefix, _ = draft.render(n)
     return len(gen.tokenizer.encode(text + prefix)), budget
 
@@ -199,16 +199,16 @@ def _probe_tokens(gen, task, length, n, probe=0):
 def _rulers_search(gen, task, length, step):
     """RULER's size search re-derived from its scripts (niah.py, variable_tracking.py, qa.py,
     common_words_extraction.py): an estimate from one sample, then a binary search in which every test
-    draws a fresh sample (here: probe 0 for the estimate, probes 1, 2, ... for the tests)."""
+    draws a fresh sample (here: trial 0 for the estimate, trials 1, 2, ... for the tests)."""
     if task.family == "cwe":
-        hi = int(length // (_probe_tokens(gen, task, length, 4096)[0] / 4096)) * 2
+        hi = int(length // (_trial_tokens(gen, task, length, 4096)[0] / 4096)) * 2
     else:
-        hi = int(length / (_probe_tokens(gen, task, length, step)[0] / step) * 3)
-    lo, hi, best, probe = step, max(hi, 2 * step), None, 1
+        hi = int(length / (_trial_tokens(gen, task, length, step)[0] / step) * 3)
+    lo, hi, best, trial = step, max(hi, 2 * step), None, 1
     while lo <= hi:
         mid = (lo + hi) // 2
-        tokens, budget = _probe_tokens(gen, task, length, mid, probe)
-        probe += 1
+        tokens, budget = _trial_tokens(gen, task, length, mid, trial)
+        trial += 1
         if tokens <= budget:
             best, lo = mid, mid + 1
         else:
@@ -247,7 +247,7 @@ def test_ruler_fit_of_fwe_is_rulers_linear_search(bpe):
     assert (size - budget // 6) % step == 0  # from budget // 6 up in steps of budget // 32
     # one sample throughout (RULER's fwe draws its vocabulary once per call): the first size to reach
     # the budget stops the search, and the size is one step below it
-    assert _probe_tokens(gen, task, length, size)[0] < budget <= _probe_tokens(gen, task, length, size + step)[0]
+    assert _trial_tokens(gen, task, length, size)[0] < budget <= _trial_tokens(gen, task, length, size + step)[0]
     s = gen.sample(task, length, 0)
     assert s["fit"] == "ruler" and s["size"] <= size and (size - s["size"]) % step == 0
 
@@ -462,7 +462,7 @@ def test_generate_command_writes_ruler_fields(tmp_path):
         assert {"index", "input", "outputs", "length", "answer_prefix", "task", "token_count", "haystack"} <= set(r)
 
 
-class Oracle(ProbedModel):
+class Oracle(HookedModel):
     """Answers every prompt with its references (or nothing), to test the evaluation pipeline."""
 
     def __init__(self, answers: dict[str, list[str]], silent: bool = False) -> None:
@@ -471,7 +471,7 @@ class Oracle(ProbedModel):
         self.answers, self.silent = answers, silent
         self.calls, self.batches = 0, []
 
-    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, hook=None):
         self.calls += 1
         text = self.tokenizer.decode(prompt_ids[0].tolist())
         refs = next(v for k, v in self.answers.items() if text.startswith(k))
@@ -579,8 +579,8 @@ def test_wrapper_surrounds_every_prompt_and_the_cwe_example():
 def test_chat_wrapper_from_a_local_model_and_a_single_bos(tmp_path):
     from transformers import AutoTokenizer
 
+    from headprobe.hooked.base import with_prompt_start
     from headprobe.model.tokenizer import HFTokenizer
-    from headprobe.probe.base import with_prompt_start
     from headprobe.testing import build_toy_hf_model
     from headprobe.text.prompt_format import PLAIN, resolve_wrapper
 

@@ -19,12 +19,12 @@ from headprobe.evals.shortctx import (
     load_task,
     loglikelihood,
 )
+from headprobe.hooked import HookedModel
 from headprobe.model.tokenizer import ByteTokenizer
-from headprobe.probe import ProbedModel
 from headprobe.results import read_table
 
 
-class BigramModel(ProbedModel):
+class BigramModel(HookedModel):
     """Logits depend only on the previous byte: row ``t`` of a fixed table. So log p(next | prev) is
     ``log_softmax(table[prev])[next]``, computable by hand."""
 
@@ -216,7 +216,7 @@ def test_lm_eval_adapter():
     assert math.isfinite(rolling[0])
 
 
-class Echo(ProbedModel):
+class Echo(HookedModel):
     """Answers each prompt with the prompt in capitals, then '\nno'; records the batches it was given."""
 
     def __init__(self) -> None:
@@ -225,7 +225,7 @@ class Echo(ProbedModel):
         self.device = torch.device("cpu")
         self.batches: list[int] = []
 
-    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, probe=None):
+    def decode(self, prompt_ids, max_new_tokens, stop_ids=None, hook=None):
         text = self.tokenizer.decode(prompt_ids[0].tolist()).upper() + "\nno"
         return self.tokenizer.encode(text)[:max_new_tokens]
 
@@ -291,8 +291,8 @@ def test_batched_loglikelihoods_equal_one_at_a_time():
     """Right-padded batches of different lengths score each pair as it scores alone (a real causal
     model in float64), and the batch-size and logit-budget limits are respected."""
     from headprobe.evals.shortctx import loglikelihoods
+    from headprobe.hooked import HeadprobeModel
     from headprobe.model.transformer import Transformer
-    from headprobe.probe import HeadprobeModel
     from headprobe.testing import tiny_config
 
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ settings  ``AblateSettings``; head sets (``top:K``, ``random:K``, ``L.H,...``) m
 job       ``ablate(checkpoints, out, settings)``; the ``ablation`` and ``ablation_samples`` tables
 ========  ===========================================================================================
 
-The ablation itself is :meth:`headprobe.probe.ProbedModel.ablate` (:mod:`headprobe.probe.ablation`).
+The ablation itself is :meth:`headprobe.hooked.HookedModel.ablate` (:mod:`headprobe.hooked.ablation`).
 """
 
 from headprobe.ablation.job import ABLATION, ABLATION_SAMPLES, ablate

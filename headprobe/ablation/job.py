@@ -39,9 +39,9 @@ from headprobe.evals.ruler.evaluate import decode_batch_size
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.tasks import TASKS
+from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.hooked.ablation import AblationMode, Head, check_heads
 from headprobe.metrics.retrieval import answer_stops, rouge1_recall
-from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.probe.ablation import AblationMode, Head, check_heads
 from headprobe.results import Column, Schema
 from headprobe.runs import (
     Parts,
@@ -102,7 +102,7 @@ class Prompt:
     prompt_format: str
 
 
-def needle_prompts(model: ProbedModel, s: AblateSettings, length: int, wrapper: Wrapper) -> list[Prompt]:
+def needle_prompts(model: HookedModel, s: AblateSettings, length: int, wrapper: Wrapper) -> list[Prompt]:
     """``samples`` needle prompts at each depth, needles in turn, each with its own haystack seed."""
     needles, out = needle_set(s.needles), []
     for i, (depth, k) in enumerate((d, k) for d in s.depths for k in range(s.samples)):
@@ -114,7 +114,7 @@ def needle_prompts(model: ProbedModel, s: AblateSettings, length: int, wrapper: 
     return out
 
 
-def ruler_prompts(model: ProbedModel, s: AblateSettings, task: str, length: int, wrapper: Wrapper) -> list[Prompt]:
+def ruler_prompts(model: HookedModel, s: AblateSettings, task: str, length: int, wrapper: Wrapper) -> list[Prompt]:
     """Samples ``0 .. samples-1`` of a RULER-style task, as ``ruler eval`` makes them."""
     gen = RulerGenerator(model.tokenizer, s.seed, reserve=len(model.prompt_start), wrapper=wrapper)
     out = []
@@ -135,7 +135,7 @@ def score(prompt: Prompt, response: str) -> float:
 
 
 def decode_prompts(
-    model: ProbedModel, prompts: Sequence[Prompt], condition: Condition, batch: int, progress: Progress
+    model: HookedModel, prompts: Sequence[Prompt], condition: Condition, batch: int, progress: Progress
 ) -> list[str]:
     """Every prompt's greedy answer under ``condition``: in batches (left-padded caches) for the baseline
     and zero ablation, one prompt at a time for mean ablation (its means follow one sequence)."""
@@ -229,7 +229,7 @@ def ablate_checkpoint(
 
 
 def item_key(
-    s: AblateSettings, path: Path, model: ProbedModel, wrapper: Wrapper, c: Condition, task: str, length: int
+    s: AblateSettings, path: Path, model: HookedModel, wrapper: Wrapper, c: Condition, task: str, length: int
 ) -> dict[str, Any]:
     """What decides one item's answers: the model, the prompts (task, length, needles, depths, samples, seed,
     wrapper, budget) and the condition (its heads and mode)."""

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.evals.ruler.tasks import TASKS
+from headprobe.hooked import parse_dtype
+from headprobe.hooked.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
-from headprobe.probe import parse_dtype
-from headprobe.probe.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
 from headprobe.results import collect, results_of
 from headprobe.runs import repeated_lengths
 from headprobe.text.needles import needle_set
@@ -80,7 +80,7 @@ class AblateSettings:
     Attributes:
         heads: head sets (see the module docstring): ``top:K``, ``random:K``, ``L.H,L.H``.
         from_results: the ``analyze`` output whose ``retrieval`` table ranks the heads for ``top`` sets.
-        modes: ``zero`` and/or ``mean`` (:class:`headprobe.probe.ablation.AblationMode`).
+        modes: ``zero`` and/or ``mean`` (:class:`headprobe.hooked.ablation.AblationMode`).
         seeds: the seeds that draw the ``random`` sets (one set per seed).
         tasks: ``needle`` (the analyze needles) and/or RULER-style ``niah_*`` tasks.
         lengths: prompt lengths in tokens.

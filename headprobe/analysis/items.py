@@ -10,9 +10,9 @@ import pandas as pd
 from torch import Tensor
 
 from headprobe.analysis.settings import AnalyzeSettings
+from headprobe.hooked import HookedModel
 from headprobe.metrics import DecodeMetric, DecodeOptions, PassMetric
 from headprobe.metrics.passes import run_pass
-from headprobe.probe import ProbedModel
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NeedlePrompt, needle_prompt, needle_set
 
@@ -25,13 +25,13 @@ def _tag(frame: pd.DataFrame, **columns: object) -> pd.DataFrame:
     return frame
 
 
-def haystack_inputs(model: ProbedModel, length: int, s: AnalyzeSettings) -> Tensor:
+def haystack_inputs(model: HookedModel, length: int, s: AnalyzeSettings) -> Tensor:
     """``[samples, length]`` token ids: the haystack texts every pass metric reads at ``length``."""
     return text_inputs(model.tokenizer, length, s.samples, s.seed, s.haystack_files, start=model.prompt_start)
 
 
 def text_items(
-    model: ProbedModel,
+    model: HookedModel,
     length: int,
     s: AnalyzeSettings,
     inputs: Tensor,
@@ -57,7 +57,7 @@ def text_items(
     return {t: _tag(c.frame(), length=length, samples=s.samples) for t, c in pooled_collectors.items()}
 
 
-def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[NeedlePrompt]:
+def needle_prompts(model: HookedModel, length: int, s: AnalyzeSettings) -> list[NeedlePrompt]:
     """``samples`` needle prompts of ``length`` tokens at evenly spaced depths, needles in turn."""
     depths = np.linspace(0, 100, s.samples).round().tolist() if s.samples > 1 else [50.0]
     needles = needle_set(s.needles)
@@ -78,7 +78,7 @@ def needle_prompts(model: ProbedModel, length: int, s: AnalyzeSettings) -> list[
 
 
 def decode_items(
-    model: ProbedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
+    model: HookedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
 ) -> Frames:
     """One needle prompt, decoded as sample number ``sample``: the metric's per-sample tables."""
     frames = metric.decode(model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span))

@@ -35,8 +35,8 @@ from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.core.ranks import Ranks
+from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
-from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.results import Schema
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
@@ -56,7 +56,7 @@ from headprobe.text.needles import needle_prompt, needle_set
 MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`"
 
 
-def check_inputs(model: ProbedModel, name: str, s: AnalyzeSettings, budget: MemoryBudget) -> None:
+def check_inputs(model: HookedModel, name: str, s: AnalyzeSettings, budget: MemoryBudget) -> None:
     """Refuse, before any work, lengths beyond the model's positions, needles that do not fit, and
     lengths whose estimated memory exceeds the budget."""
     decodes = any(isinstance(m, DecodeMetric) for m in s.chosen())
@@ -285,7 +285,7 @@ def analyze(
     (each checkpoint's ``analysis_summary``, the failures; ``report.table("entropy")`` reads a table
     over all models). ``changes`` replace fields of ``settings`` (default :class:`AnalyzeSettings`). Lengths
     beyond what a checkpoint was trained on, without ``allow_beyond_trained``, fail the whole run before
-    any model loads (:class:`headprobe.probe.BeyondTrainedError`)."""
+    any model loads (:class:`headprobe.hooked.BeyondTrainedError`)."""
     settings = dataclasses.replace(settings or AnalyzeSettings(), **changes)
     settings.validate()
     for path in checkpoints:  # lengths beyond training fail the whole run before any model loads

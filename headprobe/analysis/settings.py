@@ -44,7 +44,7 @@ class AnalyzeSettings:
             :class:`headprobe.metrics.retrieval.Span`.
         prompt_format: how needle prompts are put to the model: ``auto`` (its chat template where it has
             one), ``chat`` or ``plain`` (:mod:`headprobe.text.prompt_format`).
-        dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
+        dtype: the model's dtype (:data:`headprobe.hooked.DTYPES`); ``None`` = as saved.
         allow_beyond_trained: analyse lengths beyond what a model was trained on (else refused before
             loading it); recorded with the results, not part of the resume key.
     """
@@ -98,8 +98,8 @@ class AnalyzeSettings:
 
     def validate(self) -> None:
         """Raise :class:`AnalysisError` naming the first bad setting."""
+        from headprobe.hooked import parse_dtype
         from headprobe.metrics.retrieval import Span
-        from headprobe.probe import parse_dtype
         from headprobe.runs import repeated_lengths
         from headprobe.text.needles import needle_set
 

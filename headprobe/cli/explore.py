@@ -155,7 +155,7 @@ def _check_options(
         raise fail(f"--export {export}: give an HTML file path in an existing folder", ctx)
     if export_levels < 1:
         raise fail(f"--export-levels {export_levels}: embed at least 1 level", ctx)
-    from headprobe.probe.gguf import is_gguf
+    from headprobe.hooked.gguf import is_gguf
 
     for path in checkpoints:
         if not path.is_dir() and not (path.is_file() and is_gguf(path)):

@@ -142,7 +142,7 @@ def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) 
     """``headprobe demo --real``: :func:`headprobe.study.real.real_demo`, its tables, figures and report."""
     from headprobe.cli.show import print_tables
     from headprobe.core.atomic import FolderBusy
-    from headprobe.probe import ModelLoadError
+    from headprobe.hooked import ModelLoadError
     from headprobe.show import show_tables
     from headprobe.study.real import real_demo
 

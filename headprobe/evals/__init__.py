@@ -1,8 +1,8 @@
 """Evaluation: RULER-style long-context tasks and short-context multiple choice.
 
-Every prompt starts by the one prompt-start rule, :attr:`headprobe.probe.ProbedModel.prompt_start`
+Every prompt starts by the one prompt-start rule, :attr:`headprobe.hooked.HookedModel.prompt_start`
 (as the model's training inputs began: nothing for our checkpoints, the tokenizer's default prefix for
-Hugging Face models), applied by :meth:`~headprobe.probe.ProbedModel.encode_prompt`; results are tidy
+Hugging Face models), applied by :meth:`~headprobe.hooked.HookedModel.encode_prompt`; results are tidy
 tables written through :mod:`headprobe.results`.
 
 ========  ==========================================================================================

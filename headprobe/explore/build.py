@@ -7,13 +7,13 @@ from pathlib import Path
 
 from headprobe.explore.inputs import ExploreInput, InputError, needle_input, ruler_input, text_input
 from headprobe.explore.session import ModelView
+from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.metrics.rows import Rows
-from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import Progress, checkpoint_name
 
 
 def make_input(
-    model: ProbedModel,
+    model: HookedModel,
     *,
     text: Path | None = None,
     ruler: str | None = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from headprobe.core.errors import HeadprobeError
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.tasks import TASKS
-from headprobe.probe.base import ProbedModel
+from headprobe.hooked.base import HookedModel
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.needles import needle_prompt, needle_set
 from headprobe.text.prompt_format import PromptFormatError, Wrapper
@@ -57,7 +57,7 @@ class ExploreInput:
         return bool(self.spans and self.max_new_tokens)
 
 
-def _tokens_of(model: ProbedModel, text: str) -> tuple[list[int], list[str], list[tuple[int, int]]]:
+def _tokens_of(model: HookedModel, text: str) -> tuple[list[int], list[str], list[tuple[int, int]]]:
     """Ids (behind the prompt start), each token's text, and the character range of each token
     (``(-1, -1)`` for prompt-start tokens)."""
     start = list(model.prompt_start)
@@ -74,7 +74,7 @@ def _rows_from(offsets: list[tuple[int, int]], char: int) -> tuple[int, int]:
     return first, len(offsets)
 
 
-def text_input(model: ProbedModel, path: str | Path, length: int | None = None) -> ExploreInput:
+def text_input(model: HookedModel, path: str | Path, length: int | None = None) -> ExploreInput:
     """The text of ``path`` (UTF-8), cut to ``length`` tokens when given."""
     path = Path(path)
     try:
@@ -91,7 +91,7 @@ def text_input(model: ProbedModel, path: str | Path, length: int | None = None) 
     return ExploreInput("text", ids, tokens, label=f"{path.name}: {len(ids):,} tokens")
 
 
-def _wrapper(model: ProbedModel, prompt_format: str) -> Wrapper:
+def _wrapper(model: HookedModel, prompt_format: str) -> Wrapper:
     try:
         return model.prompt_wrapper(prompt_format)
     except PromptFormatError as err:
@@ -99,7 +99,7 @@ def _wrapper(model: ProbedModel, prompt_format: str) -> Wrapper:
 
 
 def needle_input(
-    model: ProbedModel, length: int, depth: float, seed: int = 0, needles: str = "builtin", prompt_format: str = "auto"
+    model: HookedModel, length: int, depth: float, seed: int = 0, needles: str = "builtin", prompt_format: str = "auto"
 ) -> ExploreInput:
     """A needle-in-a-haystack prompt of ``length`` tokens with the needle at ``depth`` percent, in the model's
     ``prompt_format`` (:func:`headprobe.text.needles.needle_prompt`); the question rows are the question,
@@ -130,7 +130,7 @@ def needle_input(
     )
 
 
-def ruler_input(model: ProbedModel, task: str, length: int, seed: int = 0, prompt_format: str = "auto") -> ExploreInput:
+def ruler_input(model: HookedModel, task: str, length: int, seed: int = 0, prompt_format: str = "auto") -> ExploreInput:
     """Sample 0 of the RULER-style ``task`` at ``length`` tokens in the model's ``prompt_format``
     (:mod:`headprobe.evals.ruler`, as ``ruler eval`` makes it); the answer spans are every occurrence of
     each expected output in the context, the question rows the prompt's last line and the answer prefix."""

@@ -30,12 +30,12 @@ from torch import Tensor
 from headprobe.core.errors import HeadprobeError
 from headprobe.explore.inputs import ExploreInput
 from headprobe.explore.pooling import TILE, TileSpec, pooled_mass, tiles_across, top_level
+from headprobe.hooked.base import HookedModel
 from headprobe.metrics.heads import HeadAccumulator
 from headprobe.metrics.retrieval import answer_stops, copy_scores, decode_argmax
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
-from headprobe.probe.base import ProbedModel
 from headprobe.results import collect, results_of
 from headprobe.runs import MemoryBudget, Progress, Silent, require_fits
 from headprobe.stats import attention_stats
@@ -100,7 +100,7 @@ class ModelView:
 
     def __init__(
         self,
-        model: ProbedModel,
+        model: HookedModel,
         inp: ExploreInput,
         name: str,
         rows: Rows | None = None,
@@ -177,7 +177,7 @@ class ModelView:
         out: the first decoding step fills its row (:meth:`_evidence`), so the prefill serves both.
         Returns the decoding state (``None`` when nothing is decoded)."""
         ids = torch.tensor([self.input.ids])
-        state = self.model.prefill(ids[:, :-1] if self.input.decodes else ids, probe=self._keep, chunk=PREFILL_CHUNK)
+        state = self.model.prefill(ids[:, :-1] if self.input.decodes else ids, hook=self._keep, chunk=PREFILL_CHUNK)
         return state if self.input.decodes else None
 
     def _keep(self, call: AttentionCall) -> None:
@@ -235,7 +235,7 @@ class ModelView:
             self.input.max_new_tokens,
             answer_stops(self.model),
             state=state,
-            probe=last_row,
+            hook=last_row,
         )
         scores = copy_scores(argmax, tokens, self.input.ids, self.input.spans)
         for info in self.layers:

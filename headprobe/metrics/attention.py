@@ -9,10 +9,10 @@ import torch
 from torch import Tensor
 
 from headprobe.core.errors import SettingError
+from headprobe.hooked.base import HookedModel
 from headprobe.metrics.heads import HeadAccumulator, head_frame
 from headprobe.metrics.passes import run_pass
 from headprobe.model.config import LayerInfo
-from headprobe.probe.base import ProbedModel
 from headprobe.results import Column, Schema
 from headprobe.stats import AttentionStats
 
@@ -101,7 +101,7 @@ class ReorderingCollector:
         return head_frame(self.layers, self.acc, {"value": "reordering"})
 
 
-def attention_entropy(model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
+def attention_entropy(model: HookedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
     """Mean attention entropy (nats) per head over the analysed rows of every input; ``norm_value`` is the
     mean of entropy / log(visible keys). Also ``max_prob`` and ``mean_distance`` means."""
     c = EntropyCollector(model.layers)
@@ -109,7 +109,7 @@ def attention_entropy(model: ProbedModel, input_ids: Tensor, rows: Tensor | None
     return c.frame()
 
 
-def token_reordering(model: ProbedModel, input_ids: Tensor, k: int = 16, rows: Tensor | None = None) -> pd.DataFrame:
+def token_reordering(model: HookedModel, input_ids: Tensor, k: int = 16, rows: Tensor | None = None) -> pd.DataFrame:
     """Mean probability-weighted Kendall distance between each row's top-``k`` attention order and
     recency order (0 = follows recency, 0.5 = unrelated, 1 = reversed; :func:`kendall_reordering`)."""
     c = ReorderingCollector(model.layers, k)
@@ -118,7 +118,7 @@ def token_reordering(model: ProbedModel, input_ids: Tensor, k: int = 16, rows: T
 
 
 def head_statistics(
-    model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None, k: int = 16
+    model: HookedModel, input_ids: Tensor, rows: Tensor | None = None, k: int = 16
 ) -> dict[str, pd.DataFrame]:
     """Entropy and token reordering from one pass: ``{"entropy": ..., "reordering": ...}``."""
     ent, reo = EntropyCollector(model.layers), ReorderingCollector(model.layers, k)

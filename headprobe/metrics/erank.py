@@ -6,9 +6,9 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from headprobe.hooked.base import HookedModel
 from headprobe.metrics.passes import run_pass
 from headprobe.model.config import LayerInfo
-from headprobe.probe.base import ProbedModel
 from headprobe.results import Column, Schema
 
 ERANK = Schema(
@@ -94,7 +94,7 @@ class ErankCollector:
         )
 
 
-def residual_effective_rank(model: ProbedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
+def residual_effective_rank(model: HookedModel, input_ids: Tensor, rows: Tensor | None = None) -> pd.DataFrame:
     """Effective rank of the residual stream after the embedding (``layer = -1``, ``site = "embed"``)
     and after every block (``site = "block_out"``), pooling the analysed positions of all inputs.
     ``value`` is Roy & Vetterli's effective rank (no centring), ``centered`` that of the centred stream."""

@@ -1,6 +1,6 @@
 """One forward pass per input feeds every pass metric; nothing ``L x L`` is kept.
 
-A pass runs the model once with a probe at the seam: each attention call's exact statistics are
+A pass runs the model once with a hook at the seam: each attention call's exact statistics are
 computed once by :func:`headprobe.stats.attention_stats` (with the largest top-k any collector asks
 for) and handed to every :class:`HeadCollector`; residual streams to every :class:`ResidualCollector`.
 """
@@ -13,8 +13,8 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 from torch import Tensor
 
+from headprobe.hooked.base import HookedModel
 from headprobe.model.seam import AttentionCall
-from headprobe.probe.base import ProbedModel
 from headprobe.stats import AttentionStats, attention_stats
 
 
@@ -41,13 +41,13 @@ class ResidualCollector(Protocol):
 Collector = HeadCollector | ResidualCollector  # what a pass metric contributes to a pass
 
 
-def run_pass(model: ProbedModel, input_ids: Tensor, collectors: Sequence[Collector], rows: Tensor | None) -> None:
+def run_pass(model: HookedModel, input_ids: Tensor, collectors: Sequence[Collector], rows: Tensor | None) -> None:
     """One forward pass over ``input_ids [batch, seq]`` at the query ``rows`` (``None`` = all) into ``collectors``."""
     heads = [c for c in collectors if isinstance(c, HeadCollector)]
     residual = [c for c in collectors if isinstance(c, ResidualCollector)]
     topk = max((c.topk for c in heads), default=0)
 
-    def probe(call: AttentionCall) -> None:
+    def hook(call: AttentionCall) -> None:
         st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=rows, topk=topk)
         for c in heads:
             c.attention(call.layer, st)
@@ -57,4 +57,4 @@ def run_pass(model: ProbedModel, input_ids: Tensor, collectors: Sequence[Collect
         for c in residual:
             c.residual_stream(layer, x)
 
-    model.run(input_ids, probe=probe if heads else None, residual=stream if residual else None)
+    model.run(input_ids, hook=hook if heads else None, residual=stream if residual else None)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from headprobe.core.errors import SettingError
+from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.erank import ERANK, ErankCollector
 from headprobe.metrics.passes import Collector
@@ -31,7 +32,6 @@ from headprobe.metrics.summaries import (
     retrieval_rows,
 )
 from headprobe.model.config import LayerInfo
-from headprobe.probe.base import ProbedModel
 from headprobe.results import Schema
 from headprobe.text.needles import NeedlePrompt
 
@@ -100,7 +100,7 @@ class DecodeMetric:
     tables: tuple[Schema, ...]
     per_sample: tuple[Schema, ...]
     settings: tuple[str, ...]
-    decode: Callable[[ProbedModel, NeedlePrompt, int, DecodeOptions], dict[str, pd.DataFrame]]
+    decode: Callable[[HookedModel, NeedlePrompt, int, DecodeOptions], dict[str, pd.DataFrame]]
     combine: Callable[[dict[str, pd.DataFrame]], dict[str, pd.DataFrame]]
     summary: Callable[[pd.DataFrame], Iterable[SummaryRow]]
     headline: Callable[[pd.DataFrame], str]

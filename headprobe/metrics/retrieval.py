@@ -26,10 +26,10 @@ import pandas as pd
 import torch
 
 from headprobe.core.choice import Choice
+from headprobe.hooked.base import DecodeHook, HookedModel
 from headprobe.metrics.attention import HEAD_COLUMNS
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
-from headprobe.probe.base import DecodeProbe, ProbedModel
 from headprobe.results import Column, Schema
 from headprobe.stats import attention_stats
 from headprobe.text.needles import NEEDLES, Needle, NeedlePrompt, needle_prompt
@@ -89,7 +89,7 @@ def reference_span(prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> tupl
     return -1, -1
 
 
-def answer_span(model: ProbedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT) -> tuple[int, int]:
+def answer_span(model: HookedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT) -> tuple[int, int]:
     """``[start, end)`` of the prompt tokens a copy must land in (:class:`Span`)."""
     if Span(span) is Span.EXACT:
         return prompt.answer_start, prompt.answer_end
@@ -122,17 +122,17 @@ def rouge1_recall(reference: str, prediction: str) -> float:
 
 
 def decode_argmax(
-    model: ProbedModel,
+    model: HookedModel,
     ids: Sequence[int],
     max_new_tokens: int,
     stop_ids: Sequence[int] = (),
     state: Any = None,
-    probe: DecodeProbe | None = None,
+    hook: DecodeHook | None = None,
 ) -> tuple[list[int], np.ndarray]:
-    """Greedy decoding of the prompt ``ids`` (:meth:`ProbedModel.decode`, from ``state`` when the prompt
+    """Greedy decoding of the prompt ``ids`` (:meth:`HookedModel.decode`, from ``state`` when the prompt
     minus its last token is already prefilled) that records, at every step, where each head's attention
     row peaks: returns the produced tokens and ``argmax [steps, layers, max_heads]``, the absolute key
-    position of each head's largest score (first on ties; -1 where a layer has fewer heads). ``probe``
+    position of each head's largest score (first on ties; -1 where a layer has fewer heads). ``hook``
     also sees every step's calls."""
     width = max(info.n_heads for info in model.layers)
     rows: dict[int, np.ndarray] = {}
@@ -141,11 +141,11 @@ def decode_argmax(
         st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, topk=0)
         row = rows.setdefault(step, np.full((len(model.layers), width), -1, dtype=np.int64))
         row[call.layer, : call.q.shape[1]] = (st.argmax[0, :, -1] + call.key_start).cpu().numpy()
-        if probe is not None:
-            probe(step, token, call)
+        if hook is not None:
+            hook(step, token, call)
 
     resume = {} if state is None else {"state": state}  # models that decode their own way need not take it
-    tokens = model.decode(torch.tensor([list(ids)]), max_new_tokens, list(stop_ids), probe=record, **resume)
+    tokens = model.decode(torch.tensor([list(ids)]), max_new_tokens, list(stop_ids), hook=record, **resume)
     if not tokens:
         return tokens, np.zeros((0, len(model.layers), width), dtype=np.int64)
     return tokens, np.stack([rows[step] for step in range(len(tokens))])
@@ -168,7 +168,7 @@ def copy_scores(
 
 
 def retrieval_sample(
-    model: ProbedModel, prompt: NeedlePrompt, max_new_tokens: int = 50, span: Span | str = Span.EXACT
+    model: HookedModel, prompt: NeedlePrompt, max_new_tokens: int = 50, span: Span | str = Span.EXACT
 ) -> tuple[np.ndarray, dict]:
     """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
     sample's record (response, ROUGE-1 recall, kept or not, the span scored)."""
@@ -195,9 +195,9 @@ def retrieval_sample(
     return scores, record
 
 
-def answer_stops(model: ProbedModel) -> list[int]:
+def answer_stops(model: HookedModel) -> list[int]:
     """Where a needle answer ends: at a newline, as in Wu et al.'s code, or at any end-of-text or
-    end-of-turn token the model declares (:attr:`ProbedModel.stop_ids`)."""
+    end-of-turn token the model declares (:attr:`HookedModel.stop_ids`)."""
     return list(dict.fromkeys([*model.tokenizer.newline_ids, *model.stop_ids]))
 
 
@@ -252,7 +252,7 @@ def head_scores(copies: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 
 
 def sample_tables(
-    model: ProbedModel, prompt: NeedlePrompt, sample: int, max_new_tokens: int = 50, span: Span | str = Span.EXACT
+    model: HookedModel, prompt: NeedlePrompt, sample: int, max_new_tokens: int = 50, span: Span | str = Span.EXACT
 ) -> dict[str, pd.DataFrame]:
     """One needle prompt decoded as sample number ``sample``: its :data:`RETRIEVAL_SAMPLES` row and its
     :data:`RETRIEVAL_COPIES` rows, by table name (:func:`head_scores` makes the head table of many)."""
@@ -270,7 +270,7 @@ def combine_samples(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
 
 
 def score_prompts(
-    model: ProbedModel,
+    model: HookedModel,
     prompts: Iterable[NeedlePrompt],
     max_new_tokens: int = 50,
     progress: Callable[[int], None] | None = None,
@@ -296,7 +296,7 @@ def score_prompts(
 
 
 def retrieval_scores(
-    model: ProbedModel,
+    model: HookedModel,
     needles: Sequence[Needle] | None = None,
     lengths: Iterable[int] = (1000, 1750, 2500, 3250, 4000),
     depths: Iterable[float] = tuple(float(d) for d in np.linspace(0, 100, 10).round()),

@@ -1,8 +1,7 @@
 """The head-shape model family: configuration, presets, the Transformer, attention, checkpoints, costs.
 
-This package imports nothing else of headprobe but the dependency-free ``headprobe.core.cleanup`` (what an
-interrupted process must undo, used by ``atomic.folder_lock``); the trainer, the probes and the
-analyses build on it.
+This package imports nothing of headprobe but the foundation, ``headprobe.core`` (errors, typed choices,
+atomic files); the trainer, the hooked models (``headprobe.hooked``) and the analyses build on it.
 
 ==============  ===================================================================================
 config          ``AttentionConfig``, ``ModelConfig``, ``LayerType``, ``LayerInfo`` (plain dataclasses)

@@ -190,7 +190,7 @@ class ModelConfig:
         return self.full if self.layer_type(layer) is LayerType.FULL else self.swa
 
     def layer_infos(self) -> list[LayerInfo]:
-        """The attention geometry of every layer, as probes and memory estimates see it."""
+        """The attention geometry of every layer, as hooks and memory estimates see it."""
         return [LayerInfo.of(i, self.layer_type(i), self.attention(i)) for i in range(self.n_layers)]
 
     # -- validation ------------------------------------------------------------------------

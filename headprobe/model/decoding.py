@@ -1,7 +1,7 @@
 """The one greedy decoding loop: :meth:`headprobe.model.transformer.Transformer.generate` and
-:meth:`headprobe.probe.ProbedModel.decode` / ``decode_batch`` differ only in how they reach the first new
-token (the Transformer from one prefill of the whole prompt; a probed model by one step from the last
-prompt token, so that its probes see that step's attention calls); from there they share this loop and
+:meth:`headprobe.hooked.HookedModel.decode` / ``decode_batch`` differ only in how they reach the first new
+token (the Transformer from one prefill of the whole prompt; a hooked model by one step from the last
+prompt token, so that its hooks see that step's attention calls); from there they share this loop and
 its stop rule."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one definition of which keys a query may see.
 
-Convention (used by every attention backend, the KV cache and the analysis probes):
+Convention (used by every attention backend, the KV cache and the analysis hooks):
 
 * Attention is always causal. A call has ``q_len`` queries and ``k_len >= q_len`` keys; the queries
   are the *last* ``q_len`` positions of the keys, so query ``i`` (0-based within the call) sits at

@@ -1,13 +1,13 @@
 """The attention seam: the one contract every attention call passes through.
 
 Every attention layer, ours (:class:`headprobe.model.transformer.Attention`) and a Hugging Face
-model's (through headprobe's ``AttentionInterface`` function, :mod:`headprobe.probe.hf`), describes
+model's (through headprobe's ``AttentionInterface`` function, :mod:`headprobe.hooked.hf`), describes
 its call as an :class:`AttentionCall` and hands it, with its values, to the model's :class:`Seam`.
-The seam shows the call to every attached probe (streaming statistics, the explorer), then computes
+The seam shows the call to every attached hook (streaming statistics, the explorer), then computes
 the output with the seam's attention backend (:func:`headprobe.model.attention.attention`; a new
-kernel is a new backend). So probes see exactly the queries and keys the output is computed from,
+kernel is a new backend). So hooks see exactly the queries and keys the output is computed from,
 and no dense ``L x L`` attention pattern is ever built for them. Interventions (:meth:`Seam.intervene`,
-e.g. head ablation, :mod:`headprobe.probe.ablation`) change each head's output before the layer's
+e.g. head ablation, :mod:`headprobe.hooked.ablation`) change each head's output before the layer's
 output projection, for our models and Hugging Face models alike.
 """
 
@@ -26,12 +26,12 @@ from headprobe.model.masks import CausalMask, KeyPadding
 
 
 class SeamError(HeadprobeError, ValueError):
-    """Probes attached to a call they cannot see correctly (e.g. a left-padded batch)."""
+    """Hooks attached to a call they cannot see correctly (e.g. a left-padded batch)."""
 
 
 @dataclass(frozen=True)
 class AttentionCall:
-    """What one attention layer sees in one forward pass; handed to every attached probe.
+    """What one attention layer sees in one forward pass; handed to every attached hook.
 
     Attributes:
         layer: block index.
@@ -64,12 +64,12 @@ class AttentionCall:
         return self.key_start + self.k.shape[2] - self.q.shape[2]
 
 
-AttentionProbe = Callable[[AttentionCall], None]
+AttentionHook = Callable[[AttentionCall], None]
 Intervention = Callable[[AttentionCall, Tensor], Tensor]  # (call, per-head output [batch, heads, q_len, v_dim]) -> same
 
 
 class Seam:
-    """Where a model's attention calls pass: attached probes see each call, then the backend computes it.
+    """Where a model's attention calls pass: attached hooks see each call, then the backend computes it.
 
     Attributes:
         backend: the attention backend for unpadded calls (``Backend.AUTO`` picks per call); left-padded
@@ -78,26 +78,26 @@ class Seam:
 
     def __init__(self, backend: Backend = Backend.AUTO) -> None:
         self.backend = Backend(backend)
-        self._probes: list[AttentionProbe] = []
+        self._hooks: list[AttentionHook] = []
         self._interventions: list[Intervention] = []
 
     @property
-    def probing(self) -> bool:
-        return bool(self._probes)
+    def hooked(self) -> bool:
+        return bool(self._hooks)
 
     @contextmanager
-    def attach(self, probe: AttentionProbe) -> Iterator[None]:
-        """Call ``probe(call)`` for every attention call while the context is open; always removed."""
-        self._probes.append(probe)
+    def attach(self, hook: AttentionHook) -> Iterator[None]:
+        """Call ``hook(call)`` for every attention call while the context is open; always removed."""
+        self._hooks.append(hook)
         try:
             yield
         finally:
-            self._probes.remove(probe)
+            self._hooks.remove(hook)
 
     @contextmanager
     def intervene(self, fn: Intervention) -> Iterator[None]:
         """Replace every call's per-head output ``[batch, heads, q_len, v_dim]`` (before the output
-        projection) by ``fn(call, output)`` while the context is open; always removed. Probes still see
+        projection) by ``fn(call, output)`` while the context is open; always removed. Hooks still see
         the call's queries and keys as computed (an intervention acts on what a head writes)."""
         self._interventions.append(fn)
         try:
@@ -106,13 +106,13 @@ class Seam:
             self._interventions.remove(fn)
 
     def __call__(self, call: AttentionCall, v: Tensor) -> Tensor:
-        """Show ``call`` to the probes, then attend: ``v: [batch, kv_heads, k_len, v_dim]`` ->
+        """Show ``call`` to the hooks, then attend: ``v: [batch, kv_heads, k_len, v_dim]`` ->
         ``[batch, heads, q_len, v_dim]``, changed by the open interventions (:meth:`intervene`)."""
-        if self._probes:
+        if self._hooks:
             if call.padding is not None:
-                raise SeamError("probes see one unpadded sequence: decode probed samples one at a time")
-            for probe in list(self._probes):
-                probe(call)
+                raise SeamError("hooks see one unpadded sequence: decode hooked samples one at a time")
+            for hook in list(self._hooks):
+                hook(call)
         out = attention(
             call.q,
             call.k,

@@ -11,7 +11,7 @@ Attention hooks (``blocks.{l}.attn.``) use TransformerLens' layout ``[batch, pos
 (after RoPE) and ``hook_z`` (per-head output before the o projection). There is **no**
 ``hook_pattern``: no dense attention pattern is ever computed, at any length. Instead every
 attention layer passes its post-RoPE queries and keys, with its window and scale, through the model's
-:class:`~headprobe.model.seam.Seam` (:meth:`Transformer.probe`), where streaming analyses compute exact
+:class:`~headprobe.model.seam.Seam` (:meth:`Transformer.hook`), where streaming analyses compute exact
 statistics.
 """
 
@@ -33,7 +33,7 @@ from headprobe.model.decoding import greedy
 from headprobe.model.kv_cache import KVCache
 from headprobe.model.masks import KeyPadding
 from headprobe.model.rope import Rotary
-from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
+from headprobe.model.seam import AttentionCall, AttentionHook, Seam
 
 RECOMPUTE_LOGITS = 1 << 25  # logits per loss chunk (128 MiB in float32) above which backward recomputes them
 
@@ -289,7 +289,7 @@ class Transformer(HookedRootModule):
         """Backend for every attention layer (``auto``, ``sdpa``, ``flex``, ``flash``, ``triton``, ``reference``)."""
         self.seam.backend = Backend(backend)
 
-    def probe(self, fn: AttentionProbe) -> AbstractContextManager[None]:
+    def hook(self, fn: AttentionHook) -> AbstractContextManager[None]:
         """Call ``fn(AttentionCall)`` at every attention layer while the context is open; always removed.
 
         This is the model's :class:`~headprobe.model.seam.Seam`: post-RoPE queries and keys pass by

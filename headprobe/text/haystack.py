@@ -58,7 +58,7 @@ def text_inputs(
     tokenizer, length: int, samples: int, seed: int = 0, files: list[Path] | None = None, start: Sequence[int] = ()
 ) -> torch.Tensor:
     """``[samples, length]`` token ids for the attention-statistics metrics: ``start`` (the model's prompt
-    start, :attr:`headprobe.probe.base.ProbedModel.prompt_start`), then haystack text; sample ``s``
+    start, :attr:`headprobe.hooked.base.HookedModel.prompt_start`), then haystack text; sample ``s``
     starts from a different part of the haystack."""
     start = list(start)
     rows = [

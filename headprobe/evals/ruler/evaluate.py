@@ -11,7 +11,7 @@ length decode together in batches of left-padded KV caches (as many as the memor
 
 Before any model loads, the settings are made concrete (:meth:`RulerSettings.resolve`: with ``data``
 the lengths and tasks it holds, unless given) and each checkpoint's lengths are checked against what it
-was trained on (:func:`headprobe.probe.check_trained_lengths`). Tasks skipped at a length (too long for
+was trained on (:func:`headprobe.hooked.check_trained_lengths`). Tasks skipped at a length (too long for
 it) are left out of that length's mean, which says so (:mod:`headprobe.evals.ruler.tables`).
 """
 
@@ -36,7 +36,7 @@ from headprobe.evals.ruler.settings import RulerError, RulerSettings
 from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate, score_rows
 from headprobe.evals.ruler.tasks import TASKS, Task
 from headprobe.evals.ruler.templates import BASE_WRAPPER
-from headprobe.probe import ProbedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.runs import (
     CHECKPOINT_ERRORS,
     USABLE,
@@ -110,7 +110,7 @@ def _holdings(rows: list[dict[str, Any]]) -> str:
 MAX_BATCH = 32
 
 
-def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None, requested: int | None = None) -> int:
+def decode_batch_size(model: HookedModel, length: int, memory_limit: int | None, requested: int | None = None) -> int:
     """How many samples of ``length`` tokens decode together: their KV caches must fit in half of what one
     prefill pass leaves free (at most ``MAX_BATCH``); ``requested`` is checked the same way. Raises with
     the numbers when not even one sample fits."""
@@ -130,7 +130,7 @@ def decode_batch_size(model: ProbedModel, length: int, memory_limit: int | None,
     return requested
 
 
-def load_samples(model: ProbedModel, run: RulerRun, wrapper: Wrapper | None) -> list[dict]:
+def load_samples(model: HookedModel, run: RulerRun, wrapper: Wrapper | None) -> list[dict]:
     """The samples to evaluate: those of the data file (:meth:`RulerSettings.resolve`), or generated for
     the model's tokenizer in ``wrapper``, its prompt start kept free (tasks too long for a length skipped
     there)."""
@@ -153,7 +153,7 @@ def load_samples(model: ProbedModel, run: RulerRun, wrapper: Wrapper | None) -> 
 MEASURED_PER_LENGTH = 8  # samples of a data file measured with the model's tokenizer, per length
 
 
-def check_data_tokenizer(model: ProbedModel, samples: list[dict[str, Any]], data: str | Path) -> str | None:
+def check_data_tokenizer(model: HookedModel, samples: list[dict[str, Any]], data: str | Path) -> str | None:
     """Samples of a ``data`` file are fitted to one tokenizer: refuse those that record another than the
     model's (their lengths would be wrong for it); of samples that record none (RULER's own files), say
     how long they are for this model, measured (the first :data:`MEASURED_PER_LENGTH` of each length)."""
@@ -184,7 +184,7 @@ def sample_format(sample: dict[str, Any]) -> str:
 
 
 def decode_chunk(
-    model: ProbedModel, task: str, chunk: list[dict], done: Collection[int], store: Predictions, progress: Progress
+    model: HookedModel, task: str, chunk: list[dict], done: Collection[int], store: Predictions, progress: Progress
 ) -> None:
     """Decode, as one batch, the samples of ``chunk`` (one task and length) whose index is not in ``done``
     (predicted earlier), and append their predictions when it ends."""

@@ -3,8 +3,8 @@
 Every task builds its prompt from a size ``n`` (noise lines, distractor needles, essay words, distinct
 words, coded words or documents: RULER's haystack units). Two ways of choosing ``n`` (:class:`Fit`):
 
-* ``ruler`` (the default), RULER's procedure: one size per task and length, found on a probe sample
-  (a binary search on the rendered probe's token count; for ``fwe`` RULER's linear search), then each
+* ``ruler`` (the default), RULER's procedure: one size per task and length, found on a trial sample
+  (a binary search on the rendered trial's token count; for ``fwe`` RULER's linear search), then each
   sample shrinks from it by RULER's whole step (``ruler_step``: 500 essay words, 25 or 5 lines, 10
   words or documents, ...) until it fits. Samples land below the target, as RULER's do. Where no
   whole step fits (short lengths, e.g. an essay haystack under about 2K tokens, where RULER's own loop
@@ -319,31 +319,32 @@ class RulerGenerator:
         return text, prefix, outputs, self.counter.one(text + prefix)
 
     def ruler_size(self, task: Task, length: int, budget: int) -> int:
-        """RULER's one size for ``task`` at ``length``, found on probe samples as RULER's scripts find it:
-        each test draws a fresh probe (``probe-0``, ``probe-1``, ...: samples of their own, not among
+        """RULER's one size for ``task`` at ``length``, found on trial samples as RULER's scripts find it:
+        each test draws a fresh trial (seeded ``probe-0``, ``probe-1``, ...: samples of their own, not among
         those generated), as every ``generate_input_output`` call of RULER's draws new random needles.
-        ``probe-0`` gives the tokens per unit for the upper bound (3x the length over the tokens per unit
+        The first trial gives the tokens per unit for the upper bound (3x the length over the tokens per unit
         at one step; cwe: 2x, per unit at 4,096 words); a binary search from one step up to it keeps the
-        last size whose probe fit. ``fwe``: RULER's linear search on one sample (its vocabulary is drawn
-        once per call): up from ``budget // 6`` in steps until ``probe-0`` reaches the budget, then one
+        last size whose trial fit. ``fwe``: RULER's linear search on one sample (its vocabulary is drawn
+        once per call): up from ``budget // 6`` in steps until the first trial reaches the budget, then one
         step back. One step when nothing fits."""
         key = (task.name, length)
         if key not in self._sizes:
-            probes = (self._draft(task, budget, length, f"probe-{i}")[0] for i in itertools.count())
-            probe = next(probes)
+            # the trials' seed labels ("probe-<i>") are kept as they were: they decide the fitted sizes
+            trials = (self._draft(task, budget, length, f"probe-{i}")[0] for i in itertools.count())
+            trial = next(trials)
             step = ruler_step(task, length, budget)
             if task.family == "fwe":
                 n = budget // 6
-                while self._count(probe, n)[3] < budget:  # one sample throughout, as RULER's fwe
+                while self._count(trial, n)[3] < budget:  # one sample throughout, as RULER's fwe
                     n += step
                 size = n - step
             else:  # RULER's bounds: one step, and 3x (cwe: 2x) the tokens-per-unit estimate
                 total = budget + task.tokens_to_generate  # RULER's max_seq_length, after the template
                 if task.family == "cwe":
-                    hi = int(total // (self._count(probe, 4096)[3] / 4096)) * 2
+                    hi = int(total // (self._count(trial, 4096)[3] / 4096)) * 2
                 else:
-                    hi = int(total / (self._count(probe, step)[3] / step) * 3)
-                size = rulers_search(step, max(hi, 2 * step), lambda n: self._count(next(probes), n)[3] <= budget)
+                    hi = int(total / (self._count(trial, step)[3] / step) * 3)
+                size = rulers_search(step, max(hi, 2 * step), lambda n: self._count(next(trials), n)[3] <= budget)
             self._sizes[key] = size
         return self._sizes[key]
 

@@ -33,7 +33,7 @@ class RulerError(HeadprobeError, ValueError):
 class Fit(Choice, what="fit"):
     """How a sample's size is chosen (:mod:`headprobe.evals.ruler.generate`)."""
 
-    RULER = "ruler"  # one size per task and length from a probe sample, shrunk by whole steps
+    RULER = "ruler"  # one size per task and length from a trial sample, shrunk by whole steps
     TIGHT = "tight"  # each sample's largest size that fits
 
 
@@ -63,7 +63,7 @@ class RulerSettings:
         fit: ``ruler`` (RULER's size search, samples below the target) or ``tight`` (each sample fills its
             budget), :class:`Fit`.
         cwe_rule: ``ruler`` or ``fit``, :class:`CweRule`.
-        dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
+        dtype: the model's dtype (:data:`headprobe.hooked.DTYPES`); ``None`` = as saved.
         allow_beyond_trained: evaluate lengths beyond what a model was trained on (else refused before it
             loads); recorded with the results, not part of the resume key.
     """
@@ -95,7 +95,7 @@ class RulerSettings:
 
     def validate(self) -> list[Task]:
         """The chosen tasks; raises naming the first bad setting."""
-        from headprobe.probe import parse_dtype
+        from headprobe.hooked import parse_dtype
         from headprobe.runs import repeated_lengths
 
         parse_dtype(self.dtype)

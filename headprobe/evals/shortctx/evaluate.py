@@ -17,7 +17,7 @@ import pandas as pd
 
 from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
 from headprobe.evals.shortctx.scoring import evaluate_items
-from headprobe.probe import load_model, parse_dtype
+from headprobe.hooked import load_model, parse_dtype
 from headprobe.results import Column, Schema
 from headprobe.runs import (
     Parts,
@@ -64,7 +64,7 @@ class ShortCtxSettings:
         task: ``builtin`` or a loader of :data:`headprobe.evals.shortctx.items.LOADERS`.
         file: the task's local file in its original format (every task but ``builtin``).
         limit: evaluate only the first ``limit`` items.
-        dtype: the model's dtype (:data:`headprobe.probe.DTYPES`); ``None`` = as saved.
+        dtype: the model's dtype (:data:`headprobe.hooked.DTYPES`); ``None`` = as saved.
     """
 
     task: str = BUILTIN

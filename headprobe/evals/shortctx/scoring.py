@@ -13,16 +13,16 @@ from typing import Any
 import torch
 
 from headprobe.evals.shortctx.items import Item, ShortCtxError
-from headprobe.probe import ProbedModel
+from headprobe.hooked import HookedModel
 from headprobe.runs import Progress, Silent
 
 
-def token_logprobs(model: ProbedModel, ids: list[int]) -> torch.Tensor:
+def token_logprobs(model: HookedModel, ids: list[int]) -> torch.Tensor:
     """Log-softmax over the vocabulary for every position of ``ids`` (``[len, vocab]``)."""
     return torch.log_softmax(model.logits(torch.tensor([ids]))[0].double(), dim=-1)
 
 
-def _pair_ids(model: ProbedModel, context: str, continuation: str) -> tuple[list[int], list[int]]:
+def _pair_ids(model: HookedModel, context: str, continuation: str) -> tuple[list[int], list[int]]:
     """Context and continuation token ids, tokenised separately (as lm-eval does)."""
     tok = model.tokenizer
     ctx = model.encode_prompt(context)
@@ -38,7 +38,7 @@ LOGIT_BUDGET = 1 << 27  # float32 logits held at once by a batch (batch x length
 
 
 def loglikelihoods(
-    model: ProbedModel, pairs: list[tuple[str, str]], batch_size: int = 16, progress: Progress | None = None
+    model: HookedModel, pairs: list[tuple[str, str]], batch_size: int = 16, progress: Progress | None = None
 ) -> list[tuple[float, bool]]:
     """``(sum of log p(continuation tokens | context), whether greedy decoding would produce them)`` for
     each ``(context, continuation)`` pair.
@@ -75,13 +75,13 @@ def loglikelihoods(
     return out
 
 
-def loglikelihood(model: ProbedModel, context: str, continuation: str) -> tuple[float, bool]:
+def loglikelihood(model: HookedModel, context: str, continuation: str) -> tuple[float, bool]:
     """One pair's :func:`loglikelihoods`."""
     return loglikelihoods(model, [(context, continuation)])[0]
 
 
 def evaluate_items(
-    model: ProbedModel, items: Iterable[Item], progress: Progress | None = None, batch_size: int = 16
+    model: HookedModel, items: Iterable[Item], progress: Progress | None = None, batch_size: int = 16
 ) -> dict[str, Any]:
     """``acc`` and ``acc_norm`` (0-1) over ``items``, with per-item predictions."""
     items = list(items)

@@ -1,20 +1,20 @@
-"""The interface every analysed model offers: :class:`ProbedModel`.
+"""The interface every analysed model offers: :class:`HookedModel`.
 
 * ``tokenizer`` (``encode``/``decode``/special ids), ``layers`` (a :class:`LayerInfo` per layer:
   type, head counts, window), ``max_positions`` and ``device``;
-* ``run(input_ids, probe=..., residual=...)``: a forward pass that hands every attention layer's
-  :class:`~headprobe.model.seam.AttentionCall` (post-RoPE queries and keys) to ``probe`` and each
+* ``run(input_ids, hook=..., residual=...)``: a forward pass that hands every attention layer's
+  :class:`~headprobe.model.seam.AttentionCall` (post-RoPE queries and keys) to ``hook`` and each
   residual stream (the embedding output as layer ``-1``, then every block's output) to ``residual``;
-* ``decode(prompt_ids, max_new_tokens, stop_ids, probe=...)``: greedy decoding with a KV cache.
+* ``decode(prompt_ids, max_new_tokens, stop_ids, hook=...)``: greedy decoding with a KV cache.
   As in Wu et al.'s reference code, the prompt minus its last token is prefilled, then decoding
   starts from the last prompt token, so every generated token has one decode step whose attention
-  rows produced it; ``probe(step, token, call)`` sees each step's calls with the token it produced.
+  rows produced it; ``hook(step, token, call)`` sees each step's calls with the token it produced.
 * ``decode_batch(prompts, max_new_tokens, stop_ids)``: the same greedy tokens for several prompts of
   different lengths at once: each is prefilled alone, then the caches are left-padded into one batch
-  (:class:`headprobe.model.masks.KeyPadding`) and each step advances every row (no probes).
+  (:class:`headprobe.model.masks.KeyPadding`) and each step advances every row (no hooks).
 
-Implementations: :class:`headprobe.probe.ours.HeadprobeModel` (our checkpoints) and
-:class:`headprobe.probe.hf.HFModel` (Hugging Face causal LMs from a local folder).
+Implementations: :class:`headprobe.hooked.ours.HeadprobeModel` (our checkpoints) and
+:class:`headprobe.hooked.hf.HFModel` (Hugging Face causal LMs from a local folder).
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ import torch
 from torch import Tensor
 
 from headprobe.core.errors import SettingError
+from headprobe.hooked.ablation import AblationMode, Head, HeadAblation, ablated
+from headprobe.hooked.stops import StopTokens, describe_stops
 from headprobe.model.budget import MemoryEstimate, kv_cache_bytes, pass_memory
 from headprobe.model.config import LayerInfo
 from headprobe.model.decoding import greedy
-from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
+from headprobe.model.seam import AttentionCall, AttentionHook, Seam
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
-from headprobe.probe.ablation import AblationMode, Head, HeadAblation, ablated
-from headprobe.probe.stops import StopTokens, describe_stops
 from headprobe.text.prompt_format import PromptFormatError, Wrapper, has_chat_template, resolve_wrapper
 
-ResidualProbe = Callable[[int, Tensor], None]  # (layer, residual stream [batch, pos, d_model]); layer -1 = embedding
-DecodeProbe = Callable[[int, int, AttentionCall], None]  # (step, produced token, call)
+ResidualHook = Callable[[int, Tensor], None]  # (layer, residual stream [batch, pos, d_model]); layer -1 = embedding
+DecodeHook = Callable[[int, int, AttentionCall], None]  # (step, produced token, call)
 
-__all__ = ["AttentionProbe", "DecodeProbe", "LayerInfo", "ProbedModel", "ResidualProbe", "with_prompt_start"]
+__all__ = ["AttentionHook", "DecodeHook", "HookedModel", "LayerInfo", "ResidualHook", "with_prompt_start"]
 
 
 def with_prompt_start(start: Sequence[int], ids: list[int]) -> list[int]:
@@ -51,7 +51,7 @@ def with_prompt_start(start: Sequence[int], ids: list[int]) -> list[int]:
     return ids if ids[: len(start)] == start else start + ids
 
 
-class ProbedModel:
+class HookedModel:
     """Common interface; see the module docstring.
 
     Attributes:
@@ -71,13 +71,13 @@ class ProbedModel:
     d_model: int  # residual-stream width
     d_ff: int  # MLP hidden width
     folder: Path | None = None  # the folder holding the model's files (a GGUF file's converted folder)
-    source: dict[str, Any] | None = None  # where the folder came from when converted (:mod:`headprobe.probe.gguf`)
+    source: dict[str, Any] | None = None  # where the folder came from when converted (:mod:`headprobe.hooked.gguf`)
     stop_tokens: StopTokens = MappingProxyType({})  # every end id the model declares, with the files declaring it
 
     @property
     def stop_ids(self) -> list[int]:
         """The ids greedy decoding stops after: every end-of-text and end-of-turn id the model declares
-        (:mod:`headprobe.probe.stops`)."""
+        (:mod:`headprobe.hooked.stops`)."""
         return list(self.stop_tokens)
 
     @property
@@ -86,7 +86,7 @@ class ProbedModel:
         raise NotImplementedError
 
     def ablate(self, heads: Sequence[Head], mode: AblationMode | str = "zero") -> AbstractContextManager[HeadAblation]:
-        """Ablate ``heads`` (``zero`` or ``mean``, :mod:`headprobe.probe.ablation`) in every forward pass while
+        """Ablate ``heads`` (``zero`` or ``mean``, :mod:`headprobe.hooked.ablation`) in every forward pass while
         the context is open; always removed. Heads the model lacks raise :class:`AblationError` at once::
 
             with model.ablate([Head(17, 3), Head(18, 7)], "zero"):
@@ -118,25 +118,23 @@ class ProbedModel:
             "prompt_start": list(self.prompt_start),
         }
 
-    def run(
-        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
-    ) -> None:
+    def run(self, input_ids: Tensor, hook: AttentionHook | None = None, residual: ResidualHook | None = None) -> None:
         raise NotImplementedError
 
     @torch.no_grad()
-    def prefill(self, ids: Tensor, probe: AttentionProbe | None = None, chunk: int | None = None) -> Any:
+    def prefill(self, ids: Tensor, hook: AttentionHook | None = None, chunk: int | None = None) -> Any:
         """The decoding state after running ``ids [1, n]`` into a fresh KV cache, ``chunk`` tokens at a time
-        (``None``: all at once), each attention call shown to ``probe``. Chunks keep the activations at
+        (``None``: all at once), each attention call shown to ``hook``. Chunks keep the activations at
         ``O(chunk)`` tokens on top of the cache, so long prompts fit; every query still sees every key
         it would see in one pass (the cache holds them)."""
         ids = ids.to(self.device)
         n = ids.shape[1]
-        if probe is None and (chunk is None or n <= chunk):
+        if hook is None and (chunk is None or n <= chunk):
             return self._prefill(ids)
         state = self._prefill(ids[:, :0])
         step = max(1, chunk or n)
         for start in range(0, n, step):
-            self._step(state, ids[:, start : start + step], probe)
+            self._step(state, ids[:, start : start + step], hook)
         return state
 
     @torch.no_grad()
@@ -145,12 +143,12 @@ class ProbedModel:
         prompt_ids: Tensor,
         max_new_tokens: int,
         stop_ids: list[int] | None = None,
-        probe: DecodeProbe | None = None,
+        hook: DecodeHook | None = None,
         state: Any = None,
         on_step: Callable[[int], None] | None = None,
     ) -> list[int]:
         """Greedy decoding of ``prompt_ids [1, n]``: prefill ``n - 1`` tokens, then one step per token
-        from the last prompt token; ``probe(step, token, call)`` sees every attention call of each step
+        from the last prompt token; ``hook(step, token, call)`` sees every attention call of each step
         together with the token that step produced. Stops after a token in ``stop_ids``. ``state``: the
         first ``n - 1`` tokens already prefilled (:meth:`prefill`). ``on_step(n)`` hears after each step
         how many tokens were produced."""
@@ -158,14 +156,14 @@ class ProbedModel:
         state = self._prefill(ids[:, :-1]) if state is None else state
         produced = 0
 
-        def step(token: Tensor) -> Tensor:  # the next token; the step's attention calls shown to ``probe``
+        def step(token: Tensor) -> Tensor:  # the next token; the step's attention calls shown to ``hook``
             nonlocal produced
             calls: list[AttentionCall] = []
-            nxt = self._step(state, token, calls.append if probe else None)[:, -1].argmax(-1)
+            nxt = self._step(state, token, calls.append if hook else None)[:, -1].argmax(-1)
             if calls:
                 token_id = int(nxt[0])  # one device sync per step, not per attention call
                 for call in calls:
-                    probe(produced, token_id, call)  # type: ignore[misc]
+                    hook(produced, token_id, call)  # type: ignore[misc]
             produced += 1
             return nxt
 
@@ -202,13 +200,13 @@ class ProbedModel:
         """One left-padded decoding state from prefilled states of different lengths."""
         raise NotImplementedError
 
-    def _step(self, state: Any, token: Tensor, probe: AttentionProbe | None) -> Tensor:
+    def _step(self, state: Any, token: Tensor, hook: AttentionHook | None) -> Tensor:
         """Tokens ``[batch, n]`` (one per row when decoding; a chunk of one prompt when prefilling) through
         the cache; returns the last position's logits ``[batch, 1, vocab]``."""
         raise NotImplementedError
 
     def logits(self, input_ids: Tensor) -> Tensor:
-        """Next-token logits ``[batch, seq, vocab]`` of a plain forward pass (no probes)."""
+        """Next-token logits ``[batch, seq, vocab]`` of a plain forward pass (no hooks)."""
         raise NotImplementedError
 
     def kv_cache_bytes(self, tokens: int) -> int:

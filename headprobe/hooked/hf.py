@@ -1,9 +1,9 @@
-"""Hugging Face causal LMs from a local folder behind the :class:`~headprobe.probe.base.ProbedModel` interface.
+"""Hugging Face causal LMs from a local folder behind the :class:`~headprobe.hooked.base.HookedModel` interface.
 
 Models are loaded with ``local_files_only`` (nothing is downloaded). Their attention runs through a
 function headprobe registers with transformers' ``AttentionInterface``: it receives the post-RoPE
 queries and keys (cache included) and hands them, as an :class:`~headprobe.model.seam.AttentionCall`,
-to the model's :class:`~headprobe.model.seam.Seam`, which shows them to the probes and computes the
+to the model's :class:`~headprobe.model.seam.Seam`, which shows them to the hooks and computes the
 output with :func:`headprobe.model.attention.attention` (exact, never ``L x L``); a mask function
 that builds nothing is registered too, so no dense mask exists either.
 
@@ -25,15 +25,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from headprobe.hooked.base import HookedModel, ResidualHook
+from headprobe.hooked.errors import ModelLoadError
+from headprobe.hooked.stops import declared_stop_tokens
 from headprobe.model.attention import attention
 from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.kv_cache import left_pad
 from headprobe.model.masks import KeyPadding
-from headprobe.model.seam import AttentionCall, AttentionProbe, Seam
+from headprobe.model.seam import AttentionCall, AttentionHook, Seam
 from headprobe.model.tokenizer import HFTokenizer
-from headprobe.probe.base import ProbedModel, ResidualProbe
-from headprobe.probe.errors import ModelLoadError
-from headprobe.probe.stops import declared_stop_tokens
 
 _IMPL = "headprobe"
 
@@ -45,7 +45,7 @@ class ForwardContext:
     Attributes:
         name: the model's name (for error messages).
         layers: the model's layer geometry (windows and types as the config states them).
-        seam: where the calls go (probes, then the attention backend).
+        seam: where the calls go (hooks, then the attention backend).
         position: absolute position of the first new token (padded coordinates in a batched step).
         pad: ``[batch]`` left padding of a batched decode step, ``None`` otherwise.
     """
@@ -69,10 +69,10 @@ def _hf_attention(module, query, key, value, attention_mask, scaling=None, dropo
     """transformers attention function: post-RoPE ``query [B, H, Lq, D]``, ``key``/``value``
     ``[B, Hkv, Lk, D]`` (cache included), bottom-right aligned; causal plus the layer's window."""
     if kwargs.get("softcap") is not None:
-        raise ModelLoadError("attention logit soft-capping (Gemma 2 style) is not supported by headprobe's probes")
+        raise ModelLoadError("attention logit soft-capping (Gemma 2 style) is not supported by headprobe's hooks")
     window = kwargs.get("sliding_window") or None
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    if headprobe is None:  # the HF model called directly, outside a ProbedModel: plain exact attention
+    if headprobe is None:  # the HF model called directly, outside a HookedModel: plain exact attention
         out = attention(query, key, value, window=window, scale=scale)
     else:
         out = headprobe.seam(headprobe.call(module.layer_idx, query, key, window, scale), value)
@@ -118,7 +118,7 @@ def _hf_windows(config) -> list[int | None]:
     return [None] * n
 
 
-class HFModel(ProbedModel):
+class HFModel(HookedModel):
     """A Hugging Face causal LM from a local folder (config.json + safetensors + tokenizer)."""
 
     def __init__(
@@ -130,7 +130,7 @@ class HFModel(ProbedModel):
         source: dict[str, Any] | None = None,
     ) -> None:
         """``path``: the model folder; ``name``: the model's name (default the folder's); ``source``: what the
-        folder was converted from, for the records (:mod:`headprobe.probe.gguf`)."""
+        folder was converted from, for the records (:mod:`headprobe.hooked.gguf`)."""
         from transformers import AutoModelForCausalLM
 
         _register_hf()
@@ -182,7 +182,7 @@ class HFModel(ProbedModel):
         return {"headprobe": ForwardContext(self.name, self.layers, self.seam, position, pad)}
 
     @contextlib.contextmanager
-    def _residual_hooks(self, residual: ResidualProbe | None) -> Iterator[None]:
+    def _residual_hooks(self, residual: ResidualHook | None) -> Iterator[None]:
         if residual is None:
             yield
             return
@@ -203,14 +203,12 @@ class HFModel(ProbedModel):
             for handle in handles:
                 handle.remove()
 
-    def _probing(self, probe: AttentionProbe | None) -> contextlib.AbstractContextManager[None]:
-        return self.seam.attach(probe) if probe is not None else contextlib.nullcontext()
+    def _attached(self, hook: AttentionHook | None) -> contextlib.AbstractContextManager[None]:
+        return self.seam.attach(hook) if hook is not None else contextlib.nullcontext()
 
     @torch.no_grad()
-    def run(
-        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
-    ) -> None:
-        with self._probing(probe), self._residual_hooks(residual):
+    def run(self, input_ids: Tensor, hook: AttentionHook | None = None, residual: ResidualHook | None = None) -> None:
+        with self._attached(hook), self._residual_hooks(residual):
             self.hf(input_ids=input_ids.to(self.device), use_cache=False, logits_to_keep=1, **self._context(0))
 
     @torch.no_grad()
@@ -244,12 +242,12 @@ class HFModel(ProbedModel):
         pad = torch.tensor([total - s["position"] for s in states], dtype=torch.long, device=self.device)
         return {"cache": merged, "position": total, "pad": pad}
 
-    def _step(self, state: dict[str, Any], token: Tensor, probe: AttentionProbe | None) -> Tensor:
+    def _step(self, state: dict[str, Any], token: Tensor, hook: AttentionHook | None) -> Tensor:
         pad = state.get("pad")
         extra: dict[str, Any] = {self._cache_arg: state["cache"], **self._context(state["position"], pad)}
         if pad is not None:
             extra["position_ids"] = (state["position"] - pad)[:, None]  # each row's own position
-        with self._probing(probe):
+        with self._attached(hook):
             out = self.hf(input_ids=token, use_cache=True, logits_to_keep=1, **extra)
         state["position"] += token.shape[1]
         return out.logits

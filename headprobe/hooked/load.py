@@ -1,5 +1,5 @@
 """``load_model(path)``: our checkpoint folders, local Hugging Face model folders and GGUF files, as a
-:class:`~headprobe.probe.base.ProbedModel`."""
+:class:`~headprobe.hooked.base.HookedModel`."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import torch
 
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.paths import file_sha256
+from headprobe.hooked.base import HookedModel
+from headprobe.hooked.errors import ModelLoadError
+from headprobe.hooked.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder, is_gguf
+from headprobe.hooked.hf import HFModel
+from headprobe.hooked.ours import HeadprobeModel
 from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
-from headprobe.probe.base import ProbedModel
-from headprobe.probe.errors import ModelLoadError
-from headprobe.probe.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder, is_gguf
-from headprobe.probe.hf import HFModel
-from headprobe.probe.ours import HeadprobeModel
 
 DTYPES = {
     "float32": torch.float32,
@@ -39,10 +39,10 @@ def parse_dtype(name: str | None) -> torch.dtype | None:
 
 def load_model(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None, log: Log | None = None
-) -> ProbedModel:
+) -> HookedModel:
     """Our checkpoint folder, a local Hugging Face model folder, or a ``.gguf`` file (converted once into a
-    cached Hugging Face folder, :func:`headprobe.probe.gguf.gguf_folder`; ``log`` hears when that
-    happens), as a :class:`ProbedModel`."""
+    cached Hugging Face folder, :func:`headprobe.hooked.gguf.gguf_folder`; ``log`` hears when that
+    happens), as a :class:`HookedModel`."""
     path = Path(path)
     if is_gguf(path):
         folder = gguf_folder(path, log)

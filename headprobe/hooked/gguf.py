@@ -28,8 +28,8 @@ from typing import Any
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.paths import file_sha256
-from headprobe.probe.errors import ModelLoadError
-from headprobe.probe.hf import quiet_transformers
+from headprobe.hooked.errors import ModelLoadError
+from headprobe.hooked.hf import quiet_transformers
 from headprobe.text.toy_tokenizer import cache_dir
 
 SUFFIX = ".gguf"

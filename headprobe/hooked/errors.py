@@ -1,4 +1,4 @@
-"""Errors of the probe layer."""
+"""Errors of the hooked-model layer."""
 
 from __future__ import annotations
 

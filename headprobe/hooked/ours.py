@@ -1,4 +1,4 @@
-"""Our checkpoints behind the :class:`~headprobe.probe.base.ProbedModel` interface."""
+"""Our checkpoints behind the :class:`~headprobe.hooked.base.HookedModel` interface."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from headprobe.hooked.base import HookedModel, ResidualHook
 from headprobe.model.kv_cache import KVCache
-from headprobe.model.seam import AttentionProbe, Seam
+from headprobe.model.seam import AttentionHook, Seam
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe.base import ProbedModel, ResidualProbe
 
 
-class HeadprobeModel(ProbedModel):
+class HeadprobeModel(HookedModel):
     """A :class:`headprobe.model.transformer.Transformer` (usually loaded from a checkpoint folder)."""
 
     def __init__(
@@ -30,14 +30,14 @@ class HeadprobeModel(ProbedModel):
         self.d_model, self.d_ff = cfg.d_model, cfg.d_ff
         self.max_positions = None  # RoPE has no table limit; cfg.max_seq_len is the trained length
         self.trained_length = cfg.max_seq_len
-        self.prompt_start = []  # trained on packed documents without a BOS (see ProbedModel.prompt_start)
+        self.prompt_start = []  # trained on packed documents without a BOS (see HookedModel.prompt_start)
 
     @property
     def seam(self) -> Seam:
         return self.model.seam
 
     @contextlib.contextmanager
-    def _residual_hooks(self, residual: ResidualProbe | None) -> Iterator[None]:
+    def _residual_hooks(self, residual: ResidualHook | None) -> Iterator[None]:
         if residual is None:
             yield
             return
@@ -47,11 +47,9 @@ class HeadprobeModel(ProbedModel):
             yield
 
     @torch.no_grad()
-    def run(
-        self, input_ids: Tensor, probe: AttentionProbe | None = None, residual: ResidualProbe | None = None
-    ) -> None:
-        probing = self.model.probe(probe) if probe is not None else contextlib.nullcontext()
-        with probing, self._residual_hooks(residual):
+    def run(self, input_ids: Tensor, hook: AttentionHook | None = None, residual: ResidualHook | None = None) -> None:
+        hooking = self.model.hook(hook) if hook is not None else contextlib.nullcontext()
+        with hooking, self._residual_hooks(residual):
             self.model(input_ids.to(self.device), last_only=True)
 
     @torch.no_grad()
@@ -70,6 +68,6 @@ class HeadprobeModel(ProbedModel):
     def _stack(self, states: list[KVCache]) -> KVCache:
         return KVCache.stack(states)
 
-    def _step(self, state: KVCache, token: Tensor, probe: AttentionProbe | None) -> Tensor:
-        with self.model.probe(probe) if probe else contextlib.nullcontext():
+    def _step(self, state: KVCache, token: Tensor, hook: AttentionHook | None) -> Tensor:
+        with self.model.hook(hook) if hook else contextlib.nullcontext():
             return self.model(token, cache=state, last_only=True)

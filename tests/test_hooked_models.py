@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from headprobe.hooked import HeadprobeModel, HFModel, ModelLoadError, load_model
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
-from headprobe.probe import HeadprobeModel, HFModel, ModelLoadError, load_model
 from headprobe.stats import attention_stats
 from headprobe.testing import ARCHS, tiny_config
 
@@ -22,7 +22,7 @@ def test_our_checkpoint(tmp_path):
         ("full", None, 2, 16)]  # fmt: skip
     ids = torch.randint(0, 256, (1, 20))
     calls, resid = [], {}
-    model.run(ids, probe=calls.append, residual=lambda layer, x: resid.__setitem__(layer, x))
+    model.run(ids, hook=calls.append, residual=lambda layer, x: resid.__setitem__(layer, x))
     _, cache = model.model.run_with_cache(ids)
     for c in calls:
         torch.testing.assert_close(c.q, cache[f"blocks.{c.layer}.attn.hook_rot_q"].transpose(1, 2))
@@ -63,7 +63,7 @@ def test_entropy_equals_transformerlens_dense_pattern(hf_models, arch):
     _, cache = bridge.run_with_cache(ids)
     model = load_model(hf_models[arch])
     ours = {}
-    model.run(ids, probe=lambda c: ours.__setitem__(c.layer, attention_stats(c.q, c.k, window=c.window,
+    model.run(ids, hook=lambda c: ours.__setitem__(c.layer, attention_stats(c.q, c.k, window=c.window,
                                                                             scale=c.scale).entropy))  # fmt: skip
     assert set(ours) == set(range(len(model.layers)))
     for layer, entropy in ours.items():
@@ -83,7 +83,7 @@ def test_hf_residual_and_key_positions_during_decoding(hf_models):
     torch.testing.assert_close(resid[2], hidden[3])
     seen = []
     model.decode(
-        ids, 3, probe=lambda step, token, call: seen.append((step, call.layer, call.key_start, call.k.shape[2]))
+        ids, 3, hook=lambda step, token, call: seen.append((step, call.layer, call.key_start, call.k.shape[2]))
     )
     # every step's query sits at the last key: key_start + k_len == position + 1
     for step, _layer, start, k_len in seen:
@@ -134,8 +134,8 @@ def test_our_batched_decoding_equals_one_at_a_time():
 
 
 def test_hf_probes_belong_to_their_model(hf_models):
-    """The HF route keeps its state per call: a probe on one model sees none of another model's calls,
-    even while that model runs inside the probe's context, and none after the context closes."""
+    """The HF route keeps its state per call: a hook on one model sees none of another model's calls,
+    even while that model runs inside the hook's context, and none after the context closes."""
     a, b = load_model(hf_models["qwen2"]), load_model(hf_models["llama"])
     ids = torch.randint(3, 512, (1, 12))
     seen = []
@@ -149,7 +149,7 @@ def test_hf_probes_belong_to_their_model(hf_models):
     a.run(ids)
     assert len(seen) == 4  # detached
     steps = []
-    a.decode(ids, 2, probe=lambda step, token, call: steps.append((step, call.layer, call.key_start, call.k.shape[2])))
+    a.decode(ids, 2, hook=lambda step, token, call: steps.append((step, call.layer, call.key_start, call.k.shape[2])))
     windows = [i.window for i in a.layers]
     # decoding starts from the last prompt token (position 11), then 12; sliding layers keep their window
     for step, layer, key_start, k_len in steps:
