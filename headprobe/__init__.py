@@ -18,6 +18,10 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from headprobe.export.auto import register_when_imported
+
+register_when_imported()  # folders of `headprobe export hf` load in transformers without remote code
+
 _EXPORTS = {
     "load_model": "headprobe.hooked",
     "HookedModel": "headprobe.hooked",

@@ -13,6 +13,7 @@ figures     ``headprobe figures`` and ``headprobe report``: the study's figures 
             them all (the ``figures`` package)
 show        ``headprobe show``: a results folder as tables on the terminal
 explore     ``headprobe explore``: the attention-map explorer (a local web app, or ``--export`` one page)
+export      ``headprobe export hf``: our checkpoint as a Hugging Face model folder
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
 progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
@@ -33,7 +34,7 @@ from typing import NoReturn
 import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
-from headprobe.cli import ablate, analyze, explore, figures, plan, ruler, shortctx, show, study
+from headprobe.cli import ablate, analyze, explore, export, figures, plan, ruler, shortctx, show, study
 from headprobe.cli.common import USER_ERRORS, Session
 from headprobe.cli.train import add_trainer_commands
 from headprobe.core.cleanup import run_cleanups
@@ -213,11 +214,14 @@ ruler_app.command("generate")(ruler.ruler_generate)
 ruler_app.command("eval")(ruler.ruler_eval)
 shortctx_app = typer.Typer(help="Short-context multiple-choice evaluation by log-likelihood.", no_args_is_help=True)
 shortctx_app.command("eval")(shortctx.shortctx_eval)
+export_app = typer.Typer(help="Our checkpoints in other tools' formats.", no_args_is_help=True)
+export_app.command("hf")(export.export_hf)
 
 app.command("analyze")(analyze.analyze)
 app.command("ablate")(ablate.ablate)
 app.add_typer(ruler_app, name="ruler")
 app.add_typer(shortctx_app, name="shortctx")
+app.add_typer(export_app, name="export")
 app.command("plan")(plan.plan)
 app.command("study")(study.study)
 app.command("demo")(study.demo)

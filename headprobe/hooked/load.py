@@ -10,12 +10,14 @@ import torch
 
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.paths import file_sha256
+from headprobe.export.hf import MODEL_TYPE, ORIGIN_KEY, load_exported
 from headprobe.hooked.base import HookedModel
 from headprobe.hooked.errors import ModelLoadError
 from headprobe.hooked.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder, is_gguf
 from headprobe.hooked.hf import HFModel
 from headprobe.hooked.ours import HeadprobeModel
 from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
+from headprobe.model.tokenizer import ByteTokenizer
 
 DTYPES = {
     "float32": torch.float32,
@@ -59,6 +61,12 @@ def load_model(
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise ModelLoadError(f"{config_file} is not valid JSON: {err}") from None
+    if config.get("model_type") == MODEL_TYPE and ORIGIN_KEY in config:  # our model, exported (headprobe export hf)
+        try:
+            model, tokenizer = load_exported(path, device=device, dtype=dtype)
+        except (HeadprobeError, OSError, RuntimeError) as err:
+            raise ModelLoadError(f"{path}: cannot read the exported model back: {err}") from None
+        return HeadprobeModel(model, tokenizer or ByteTokenizer(), path.name, folder=path)
     if "model_type" in config:  # Hugging Face
         return HFModel(path, device=device, dtype=dtype or torch.float32)
     try:

@@ -1,0 +1,257 @@
+"""``headprobe export hf``: the exported folder in transformers against our own model.
+
+References: our ``Transformer`` (itself held to a dense float64 implementation in tests/test_model.py) and
+our ``ByteTokenizer`` / ``tokenizer.json``; transformers loads the folder with its own machinery
+(``AutoModelForCausalLM``, ``AutoTokenizer``, ``generate`` with its cache), through the code written into
+the folder, in a process that cannot import headprobe where that matters.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from headprobe.cli import app
+from headprobe.export.hf import CODE_FILES, MODEL_TYPE, export_hf
+from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
+from headprobe.model.config import AttentionConfig
+from headprobe.model.presets import list_presets, preset
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
+from headprobe.model.transformer import Transformer
+from headprobe.testing import build_toy_bpe, tiny_config
+
+transformers = pytest.importorskip("transformers")
+runner = CliRunner()
+
+# every toy preset, and the 0.6B grid's asymmetric members at reduced depth (4 layers: three sliding with
+# the 0.6B window of 512, one full) and vocabulary (512 ids), at lengths past the sliding window
+SHAPES = {
+    **{name: (preset(name), 48) for name in list_presets("toy")},
+    **{name: (preset(name, n_layers=4, vocab_size=512), 600) for name in ("0.6b-k512v128", "0.6b-k128v512")},
+    # grouped-query sliding layers, qk 16 != v 4 full heads, partial RoPE (8 of 16), window 5
+    "tiny-gqa": (tiny_config(vocab_size=264), 40),
+    # no RoPE in the full layers, an untied LM head, every layer full except one
+    "tiny-untied": (
+        tiny_config(
+            vocab_size=300, tie_embeddings=False, full_every=2,
+            full=AttentionConfig(n_heads=4, qk_head_dim=12, v_head_dim=20, n_kv_heads=1, rope_dim=0),
+        ),
+        30,
+    ),
+}  # fmt: skip
+
+
+def exported(tmp_path_factory, name: str) -> tuple[Transformer, Path]:
+    cfg, _ = SHAPES[name]
+    root = tmp_path_factory.mktemp(name)
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    save_checkpoint(model, root / "ckpt")
+    return model, export_hf(root / "ckpt", root / "hf")
+
+
+def hf_model(folder: Path, impl: str, dtype: torch.dtype = torch.float32):
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        folder, trust_remote_code=True, attn_implementation=impl, dtype=dtype
+    ).eval()
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_exported_logits_equal_ours_within_1e_5_in_float32_and_1e_10_in_float64(tmp_path_factory, name):
+    model, folder = exported(tmp_path_factory, name)
+    _, length = SHAPES[name]
+    torch.manual_seed(1)
+    ids = torch.randint(0, min(model.cfg.vocab_size, 264), (2, length))
+    with torch.no_grad():
+        ours = model(ids)
+        for impl in ("eager", "sdpa"):
+            theirs = hf_model(folder, impl)
+            assert type(theirs).__name__ == "HeadShapeForCausalLM" and theirs.config.model_type == MODEL_TYPE
+            assert theirs.config._attn_implementation == impl
+            diff = (theirs(ids).logits - ours).abs().max().item()
+            assert diff < 1e-5, (name, impl, diff)
+        ours64, theirs64 = model.double()(ids), hf_model(folder, "eager", torch.float64)(ids).logits
+        assert (theirs64 - ours64).abs().max().item() < 1e-10
+
+
+@pytest.mark.parametrize("name", ["tiny-gqa", "toy-k64v16", "tiny-untied"])
+def test_greedy_generation_with_the_transformers_cache_equals_ours(tmp_path_factory, name):
+    """Past the sliding window (transformers keeps a sliding layer's cache at its window), one prompt and
+    a left-padded batch of two prompts of different lengths."""
+    model, folder = exported(tmp_path_factory, name)
+    theirs = hf_model(folder, "sdpa")
+    eos = ByteTokenizer.eos_id
+    torch.manual_seed(2)
+    short, long = torch.randint(0, 256, (1, 9)), torch.randint(0, 256, (1, 23))
+    with torch.no_grad():
+        ours = model.generate(long, 30, stop_ids=[eos])[0].tolist()
+        hf = theirs.generate(long, max_new_tokens=30, do_sample=False)[0, long.shape[1] :].tolist()
+        assert hf == ours and len(hf) > 2 * model.cfg.swa.window
+        ours_batch = model.generate([short, long], 30, stop_ids=[eos])
+        padded = torch.cat([torch.full((1, 14), ByteTokenizer.pad_id), short], dim=1)
+        batch = torch.cat([padded, long])
+        mask = torch.cat([torch.cat([torch.zeros(1, 14), torch.ones(1, 9)], 1), torch.ones(1, 23)]).long()
+        hf_batch = theirs.generate(batch, attention_mask=mask, max_new_tokens=30, do_sample=False)[:, 23:]
+    for row in range(2):  # ours pads a finished row with its stop token, transformers with the pad id
+        mine, theirs_row = ours_batch[row].tolist(), hf_batch[row].tolist()
+        end = mine.index(eos) + 1 if eos in mine else len(mine)
+        assert theirs_row[:end] == mine[:end], row
+
+
+def test_the_exported_code_imports_no_headprobe_and_loads_in_a_process_without_it(tmp_path_factory, tmp_path):
+    model, folder = exported(tmp_path_factory, "tiny-gqa")
+    for name in CODE_FILES:
+        tree = ast.parse((folder / name).read_text())
+        roots = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):  # a relative import stays inside the folder: "."
+                roots.add("." if node.level else node.module.split(".")[0])
+            elif isinstance(node, ast.Import):
+                roots.update(alias.name.split(".")[0] for alias in node.names)
+        assert roots <= {"__future__", "collections", "typing", "torch", "transformers", "."}, (name, roots)
+    ids = torch.arange(40)[None] * 5 % 256
+    with torch.no_grad():
+        expected = model(ids)
+    torch.save({"ids": ids, "logits": expected}, tmp_path / "ref.pt")
+    script = f"""
+import sys
+sys.modules["headprobe"] = None  # any import of headprobe fails
+import torch
+from transformers import AutoModelForCausalLM
+ref = torch.load({str(tmp_path / "ref.pt")!r})
+m = AutoModelForCausalLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+with torch.no_grad():
+    print((m(ref["ids"]).logits - ref["logits"]).abs().max().item())
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+@pytest.mark.parametrize("order", ["headprobe first", "transformers first"])
+def test_with_headprobe_imported_the_folder_loads_without_remote_code(tmp_path_factory, order):
+    _, folder = exported(tmp_path_factory, "tiny-gqa")
+    imports = ["import headprobe", "from transformers import AutoConfig, AutoModelForCausalLM"]
+    script = (
+        "\n".join(imports if order == "headprobe first" else imports[::-1])
+        + f"""
+m = AutoModelForCausalLM.from_pretrained({str(folder)!r})
+print(type(m).__module__, AutoConfig.from_pretrained({str(folder)!r}).model_type)
+"""
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["headprobe.export.hf_code.modeling_headshape", MODEL_TYPE]
+
+
+def test_without_headprobe_transformers_asks_for_remote_code(tmp_path_factory):
+    """The registration is headprobe's doing: a process that never imports it must opt into the code."""
+    _, folder = exported(tmp_path_factory, "tiny-gqa")
+    script = f"from transformers import AutoModelForCausalLM\nAutoModelForCausalLM.from_pretrained({str(folder)!r})"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode != 0 and "trust_remote_code" in done.stderr
+
+
+def test_load_model_reads_the_export_back_as_our_model_exactly(tmp_path_factory):
+    import headprobe as hp
+
+    model, folder = exported(tmp_path_factory, "tiny-untied")
+    back = hp.load_model(folder)
+    assert type(back).__name__ == "HeadprobeModel" and back.model.cfg == model.cfg
+    for (name, a), (_, b) in zip(model.state_dict().items(), back.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert isinstance(back.tokenizer, ByteTokenizer)
+
+
+def test_config_and_files_follow_transformers_conventions(tmp_path_factory):
+    _, folder = exported(tmp_path_factory, "toy-k64v16")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == MODEL_TYPE and config["architectures"] == ["HeadShapeForCausalLM"]
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_headshape.HeadShapeConfig",
+        "AutoModel": "modeling_headshape.HeadShapeModel",
+        "AutoModelForCausalLM": "modeling_headshape.HeadShapeForCausalLM",
+    }
+    # toy-k64v16: 4 layers alternating sliding (4 heads of 32, window 8) and full (2 heads, qk 64, v 16)
+    assert config["layer_types"] == ["sliding_attention", "full_attention"] * 2 and config["sliding_window"] == 8
+    assert config["attention"]["full_attention"] == {"num_attention_heads": 2, "num_key_value_heads": 2,
+        "qk_head_dim": 64, "v_head_dim": 16, "rope_dim": 8, "rope_theta": 10000.0}  # fmt: skip
+    assert config["attention"]["sliding_attention"]["qk_head_dim"] == 32 and config["tie_word_embeddings"] is True
+    generation = json.loads((folder / "generation_config.json").read_text())
+    assert generation == {"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258, "do_sample": False}
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "lm_head.weight" not in names and "model.layers.1.self_attn.q_proj.weight" in names
+    assert len(names) == 2 + 4 * 9  # embedding, final norm; per layer 2 norms, q k v o, gate up down
+    assert (folder / "modeling_headshape.py").read_bytes() == (
+        Path(__file__).parents[1] / "headprobe/export/hf_code/modeling_headshape.py"
+    ).read_bytes()
+
+
+def test_the_byte_tokenizer_exports_as_a_tokenizer_json_with_the_same_ids(tmp_path_factory):
+    _, folder = exported(tmp_path_factory, "tiny-gqa")
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    byte = ByteTokenizer()
+    texts = ["", "plain ascii, with  two spaces\nand a newline", "héllo wörld — ∑ 日本語 🙂", "\x00\x7f\xff tab\t"]
+    for text in texts:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert ids == byte.encode(text), text
+        assert tok.decode(ids) == byte.decode(ids) == text
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (256, 257, 258) and len(tok) == 264
+
+
+def test_a_bpe_checkpoint_exports_its_own_tokenizer_json(tmp_path):
+    tok_file = build_toy_bpe(tmp_path / "tok.json", special_tokens=("<|endoftext|>", "<pad>"))
+    tokenizer = HFTokenizer(tok_file)
+    torch.manual_seed(0)
+    save_checkpoint(Transformer(tiny_config(vocab_size=tokenizer.vocab_size)), tmp_path / "ckpt", tokenizer)
+    folder = export_hf(tmp_path / "ckpt", tmp_path / "hf")
+    assert (folder / "tokenizer.json").read_bytes() == (tmp_path / "ckpt" / "tokenizer.json").read_bytes()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    text = "the cat sat on the mat; 42 dogs."
+    assert tok(text, add_special_tokens=False)["input_ids"] == tokenizer.encode(text)
+    assert (tok.eos_token, tok.pad_token) == ("<|endoftext|>", "<pad>")
+    assert json.loads((folder / "config.json").read_text())["eos_token_id"] == tokenizer.eos_id
+
+
+def test_bad_inputs_are_refused_before_any_work(tmp_path):
+    torch.manual_seed(0)
+    save_checkpoint(Transformer(tiny_config(vocab_size=264)), tmp_path / "ckpt")
+
+    def export(*args: str):
+        return runner.invoke(app, ["export", "hf", *map(str, args)], env={"COLUMNS": "300"})
+
+    step = tmp_path / "step_000100"  # a trainer step folder
+    (step / "dcp").mkdir(parents=True)
+    (step / "state.json").write_text("{}")
+    res = export(step, tmp_path / "a")
+    assert res.exit_code == 2 and f"headprobe train export {step} CKPT" in res.output and not (tmp_path / "a").exists()
+    res = export(tmp_path / "missing", tmp_path / "a")
+    assert res.exit_code == 2 and "config.json is missing" in res.output
+    assert export(tmp_path / "ckpt", tmp_path / "out").exit_code == 0
+    before = (tmp_path / "out" / "model.safetensors").read_bytes()
+    res = export(tmp_path / "ckpt", tmp_path / "out")
+    assert res.exit_code == 2 and "exists; give another OUT, or --overwrite to replace it" in res.output
+    assert export(tmp_path / "ckpt", tmp_path / "out", "--overwrite").exit_code == 0
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == before
+    res = export(tmp_path / "out", tmp_path / "again")  # an export is not one of our checkpoints
+    assert res.exit_code == 2 and "already a Hugging Face model folder" in res.output
+    tok_file = build_toy_bpe(tmp_path / "tok.json")
+    torch.manual_seed(0)
+    bpe = save_checkpoint(Transformer(tiny_config(vocab_size=300)), tmp_path / "bpe", HFTokenizer(tok_file))
+    (bpe / "tokenizer.json").unlink()
+    res = export(bpe, tmp_path / "b")
+    assert res.exit_code == 2 and "tokenizer.json is missing" in res.output and not (tmp_path / "b").exists()
+    model, _ = load_checkpoint(tmp_path / "ckpt")  # the checkpoint itself is untouched
+    assert model.cfg == tiny_config(vocab_size=264)
