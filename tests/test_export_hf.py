@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -255,3 +256,49 @@ def test_bad_inputs_are_refused_before_any_work(tmp_path):
     assert res.exit_code == 2 and "tokenizer.json is missing" in res.output and not (tmp_path / "b").exists()
     model, _ = load_checkpoint(tmp_path / "ckpt")  # the checkpoint itself is untouched
     assert model.cfg == tiny_config(vocab_size=264)
+
+
+def test_lm_eval_stock_hf_model_on_the_export_gives_shortctx_evals_loglikelihoods(tmp_path_factory, tmp_path):
+    """``lm_eval --model hf`` (its own loading, tokenisation and scoring) on a local multiple-choice task, and
+    ``headprobe shortctx eval`` of the checkpoint the folder was exported from, on the same items."""
+    pytest.importorskip("lm_eval")
+    _, folder = exported(tmp_path_factory, "tiny-gqa")
+    checkpoint = folder.parent / "ckpt"
+    items = [
+        {"context": "The capital of France is", "choices": [" Paris", " Rome", " a small dog"], "label": 0},
+        {"context": "2 + 2 =", "choices": [" 4", " five"], "label": 0},
+        {"context": "Water freezes at", "choices": [" 0 degrees", " 100 degrees", " noon"], "label": 2},
+        {"context": "Cats say", "choices": [" meow", " moo"], "label": 1},
+        {"context": "Ünïcödé text →", "choices": [" ✓ yes", " no"], "label": 0},
+    ]
+    data = tmp_path / "items.jsonl"
+    data.write_text("".join(json.dumps(item) + "\n" for item in items))
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "hp_local.yaml").write_text(
+        "task: hp_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+        f"    test: {data}\ntest_split: test\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{context}}"\ndoc_to_choice: "{{choices}}"\ndoc_to_target: "{{label}}"\n'
+        'target_delimiter: ""\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n'
+    )  # headprobe's jsonl scores each choice as written: no delimiter added before it
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home")}
+    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
+               f"pretrained={folder},trust_remote_code=True,dtype=float32", "--tasks", "hp_local", "--include_path",
+               str(tmp_path / "tasks"), "--output_path", str(tmp_path / "lm"), "--log_samples", "--device", "cpu",
+               "--batch_size", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = [json.loads(line) for line in next((tmp_path / "lm").rglob("samples_hp_local_*.jsonl")).open()]
+    theirs = {s["doc_id"]: [float(r[0]) for r in s["filtered_resps"]] for s in samples}
+    res = runner.invoke(app, ["shortctx", "eval", str(checkpoint), "--task", "jsonl", "--file", str(data),
+                              "--out", str(tmp_path / "hp"), "--no-progress"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    ours = pd.read_parquet(tmp_path / "hp" / "ckpt" / "shortctx_items.parquet").sort_values("item")
+    assert sorted(theirs) == list(range(len(items))) == ours["item"].tolist()
+    for row in ours.itertuples():
+        assert len(theirs[row.item]) == len(items[row.item]["choices"])
+        assert max(abs(a - b) for a, b in zip(theirs[row.item], row.loglikelihoods, strict=True)) < 1e-4, row.item
+    results = json.loads(next((tmp_path / "lm").rglob("results_*.json")).read_text())["results"]["hp_local"]
+    scores = pd.read_parquet(tmp_path / "hp" / "ckpt" / "shortctx_scores.parquet").set_index("metric")["value"]
+    assert results["acc,none"] == pytest.approx(scores["acc"]) and results["acc_norm,none"] == pytest.approx(
+        scores["acc_norm"]
+    )
