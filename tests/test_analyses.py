@@ -129,3 +129,63 @@ def test_short_context_reads_task_files_given_on_the_command_line(grid, tmp_path
     assert len(frame) == 2 * 2 * 2  # 2 models x 2 tasks x 2 metrics
     assert module.main(module.EXPERIMENT, [str(grid), "--out", str(out), "--task-files", "mmlu=x.json"]) == 2
     assert "unknown task 'mmlu'" in capsys.readouterr().err
+
+
+def test_external_eval_hands_each_exported_run_to_the_command_by_path(grid, tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    module = script("external_eval", monkeypatch)
+    out = tmp_path / "results"
+    # the "evaluator": loads the folder it is handed with transformers, as any outside tool would
+    evaluator = (
+        "import sys, pathlib; from transformers import AutoModelForCausalLM; "
+        "m = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True); "
+        "pathlib.Path(sys.argv[3], 'seen.txt').write_text(sys.argv[2] + ' ' + type(m).__name__)"
+    )
+    argv = [
+        str(grid),
+        "--out",
+        str(out),
+        "--runs",
+        "pt",
+        "--",
+        sys.executable,
+        "-c",
+        evaluator,
+        "{path}",
+        "{name}",
+        "{out}",
+    ]
+    assert module.main(module.EXPERIMENT, argv) == 0
+    table = read_table(out / "tables" / "study_exports.parquet").frame
+    assert set(table.run) == {"pt"} and set(table.member) == {"toy-a", "toy-b"} and (table.exit_code == 0).all()
+    for row in table.itertuples():
+        assert Path(row.path) == out / "hf" / row.model
+        assert json.loads((Path(row.path) / "config.json").read_text())["headprobe"]["exported_from"] == row.checkpoint
+        assert (out / "external" / row.model / "seen.txt").read_text() == f"{row.model} HeadShapeForCausalLM"
+    assert "exports:" in capsys.readouterr().out
+    weights = {p: p.stat().st_mtime_ns for p in (out / "hf").rglob("model.safetensors")}
+    assert module.main(module.EXPERIMENT, [str(grid), "--out", str(out)]) == 0  # every run, no command
+    table = read_table(out / "tables" / "study_exports.parquet").frame
+    assert len(table) == 6 and table.exit_code.isna().all()
+    assert {p: p.stat().st_mtime_ns for p in weights} == weights  # current exports are kept, not redone
+    failing = [
+        str(grid),
+        "--out",
+        str(out),
+        "--runs",
+        "cpt",
+        "--",
+        sys.executable,
+        "-c",
+        "raise SystemExit(3)",
+        "{path}",
+    ]
+    assert module.main(module.EXPERIMENT, failing) == 1
+    assert set(read_table(out / "tables" / "study_exports.parquet").frame.exit_code) == {3.0}
+    capsys.readouterr()
+    assert module.main(module.EXPERIMENT, [str(grid), "--out", str(out), "--", "lm_eval", "--tasks", "x"]) == 2
+    assert "put {path} where its folder goes" in capsys.readouterr().err
+    assert module.main(module.EXPERIMENT, [str(grid), "--out", str(out), "--runs", "sft"]) == 2
+    assert "no finished run among sft" in capsys.readouterr().err

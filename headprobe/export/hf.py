@@ -30,6 +30,7 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import file_sha256
 from headprobe.model.checkpoint import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, load_checkpoint
 from headprobe.model.config import LayerType, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
@@ -128,6 +129,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
         "model_config": model.cfg.to_dict(),
         "tokenizer": "byte" if isinstance(tokenizer, ByteTokenizer) else TOKENIZER_FILE,
         "exported_from": str(checkpoint),
+        "source_sha256": file_sha256(checkpoint / WEIGHTS_FILE),  # which weights (a rerun keeps a current export)
     })  # fmt: skip
     with atomic_directory(out) as tmp:
         config.save_pretrained(tmp)

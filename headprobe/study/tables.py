@@ -13,7 +13,7 @@ import pandas as pd
 
 from headprobe.results import Column, Schema
 
-_WHO = (
+WHO_COLUMNS = (
     Column("model", "str", "the run's checkpoint (its results name)"),
     Column("member", "str", "the grid member (preset), e.g. toy-k64v16"),
     Column("seed", "int"),
@@ -23,7 +23,7 @@ _WHO = (
 STUDY_RUNS = Schema(
     "study_runs",
     (
-        *_WHO,
+        *WHO_COLUMNS,
         Column("stage", "str", "pt, cpt or sft"),
         Column("freeze", "str", "the frozen attention projections, else missing"),
         Column("steps", "int"),
@@ -34,7 +34,7 @@ STUDY_RUNS = Schema(
 STUDY_PROBES = Schema(
     "study_probes",
     (
-        *_WHO,
+        *WHO_COLUMNS,
         Column("task", "str", "needle, recall or copy (headprobe.text.tasks)"),
         Column("distance", "int", "characters between the fact and the question (bytes for byte-level models)"),
         Column("samples", "int"),
@@ -44,7 +44,7 @@ STUDY_PROBES = Schema(
 STUDY_HEADS = Schema(
     "study_heads",
     (
-        *_WHO,
+        *WHO_COLUMNS,
         Column("length", "int", "analysis length in tokens"),
         Column("layer_type", "str", "full, sliding or all"),
         Column("retrieval_heads", "float", "heads with retrieval score >= 0.1; missing when no sample was kept"),
@@ -55,11 +55,15 @@ STUDY_HEADS = Schema(
 )
 STUDY_RULER = Schema(
     "study_ruler",
-    (*_WHO, Column("length", "int", "tokens"), Column("score", "float", "RULER-style score, mean over tasks (0-100)")),
+    (
+        *WHO_COLUMNS,
+        Column("length", "int", "tokens"),
+        Column("score", "float", "RULER-style score, mean over tasks (0-100)"),
+    ),
 )
 STUDY_SHORTCTX = Schema(
     "study_shortctx",
-    (*_WHO, Column("task", "str"), Column("metric", "str", "acc or acc_norm"), Column("value", "float", "0-1")),
+    (*WHO_COLUMNS, Column("task", "str"), Column("metric", "str", "acc or acc_norm"), Column("value", "float", "0-1")),
 )
 SCHEMAS = (STUDY_RUNS, STUDY_PROBES, STUDY_HEADS, STUDY_RULER, STUDY_SHORTCTX)
 
