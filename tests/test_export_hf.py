@@ -70,7 +70,7 @@ def test_exported_logits_equal_ours_within_1e_5_in_float32_and_1e_10_in_float64(
     model, folder = exported(tmp_path_factory, name)
     _, length = SHAPES[name]
     torch.manual_seed(1)
-    ids = torch.randint(0, min(model.cfg.vocab_size, 264), (2, length))
+    ids = torch.randint(0, min(model.cfg.vocab_size, 264), (1 if name.startswith("0.6b") else 2, length))
     with torch.no_grad():
         ours = model(ids)
         for impl in ("eager", "sdpa"):
@@ -79,6 +79,8 @@ def test_exported_logits_equal_ours_within_1e_5_in_float32_and_1e_10_in_float64(
             assert theirs.config._attn_implementation == impl
             diff = (theirs(ids).logits - ours).abs().max().item()
             assert diff < 1e-5, (name, impl, diff)
+        if name.startswith("0.6b"):  # float64 at 0.6B width costs 10 s; the small shapes hold the exactness
+            return
         ours64, theirs64 = model.double()(ids), hf_model(folder, "eager", torch.float64)(ids).logits
         assert (theirs64 - ours64).abs().max().item() < 1e-10
 

@@ -7,7 +7,6 @@ transformers itself (the command line starts without it)."""
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
@@ -28,7 +27,7 @@ def register() -> None:
     AutoModelForCausalLM.register(HeadShapeConfig, HeadShapeForCausalLM, exist_ok=True)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class _AfterImport:  # a meta path finder (importlib.abc.MetaPathFinder's protocol; that module is slow to import)
     """Finds nothing itself: wraps the loader of ``transformers`` so that :func:`register` runs once the
     package has been executed (and removes itself)."""
 

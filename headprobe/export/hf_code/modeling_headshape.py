@@ -264,13 +264,7 @@ class HeadShapeForCausalLM(HeadShapePreTrainedModel, GenerationMixin):
         self.model = HeadShapeModel(config)
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.embed_tokens = value
+        self.post_init()  # input embeddings: PreTrainedModel finds them in `model` (base_model_prefix)
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
