@@ -304,3 +304,60 @@ def test_lm_eval_stock_hf_model_on_the_export_gives_shortctx_evals_loglikelihood
     assert results["acc,none"] == pytest.approx(scores["acc"]) and results["acc_norm,none"] == pytest.approx(
         scores["acc_norm"]
     )
+
+
+def test_the_vllm_plugin_refuses_exactly_the_members_vllms_attention_cannot_run():
+    """vLLM builds one attention shape for every layer, with one head size for keys and values: of the study's
+    grids only the members whose sliding and full layers share one symmetric shape can run."""
+    from headprobe.export.hf import hf_config
+    from headprobe.export.vllm import vllm_refusal
+
+    runnable = {name for name in list_presets() if vllm_refusal(hf_config(preset(name), ByteTokenizer())) is None}
+    assert runnable == {"toy-d32", "0.6b-d128", "3b-d128"}  # 4 x 32 and 16 x 128 in both layer types
+    refusal = vllm_refusal(hf_config(preset("toy-k64v16"), ByteTokenizer()))
+    assert "different attention shapes" in refusal and "'qk_head_dim': 64" in refusal
+    same = tiny_config(
+        full_every=1, full=AttentionConfig(n_heads=4, qk_head_dim=16, v_head_dim=8, n_kv_heads=2, rope_dim=8)
+    )  # every layer full: one shape, but values narrower than queries and keys
+    assert "one head size for keys and values" in vllm_refusal(hf_config(same, ByteTokenizer()))
+
+
+def test_the_vllm_plugin_registers_its_class_lazily_and_the_class_refuses_before_building(monkeypatch):
+    """Without vLLM here: stand-ins for vLLM's registry and Transformers backend record what the plugin
+    registers and what its class hands on (vLLM imports the class by its string only when it builds a model)."""
+    import importlib.metadata
+    import types
+
+    from headprobe.export import vllm as plugin
+    from headprobe.export.hf import hf_config
+    from headprobe.export.hf_code.configuration_headshape import HeadShapeConfig
+
+    calls, built = [], []
+    registry = types.SimpleNamespace(get_supported_archs=lambda: set(), register_model=lambda *a: calls.append(a))
+
+    class Backend:  # vLLM's TransformersForCausalLM
+        def __init__(self, *, vllm_config, prefix=""):
+            built.append(vllm_config.model_config.model)
+
+    backend = types.ModuleType("vllm.model_executor.models.transformers")
+    backend.TransformersForCausalLM = Backend
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(ModelRegistry=registry))
+    monkeypatch.setitem(sys.modules, "vllm.model_executor.models.transformers", backend)
+    monkeypatch.delitem(vars(plugin), "HeadShapeForCausalLM", raising=False)
+    plugin.register()
+    assert calls == [("HeadShapeForCausalLM", "headprobe.export.vllm:HeadShapeForCausalLM")]
+    module, name = calls[0][1].split(":")
+    cls = getattr(importlib.import_module(module), name)  # as vLLM resolves the string
+    assert issubclass(cls, Backend) and f"{cls.__module__}.{cls.__qualname__}" == calls[0][1].replace(":", ".")
+
+    def vllm_config(member: str):
+        config = HeadShapeConfig(**hf_config(preset(member), ByteTokenizer()))
+        return types.SimpleNamespace(model_config=types.SimpleNamespace(hf_config=config, model=f"hf/{member}"))
+
+    cls(vllm_config=vllm_config("toy-d32"))
+    with pytest.raises(ValueError, match="vLLM cannot run hf/toy-k64v16: its layer types have different"):
+        cls(vllm_config=vllm_config("toy-k64v16"))
+    assert built == ["hf/toy-d32"]
+    monkeypatch.delitem(vars(plugin), "HeadShapeForCausalLM")
+    found = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="vllm.general_plugins")}
+    assert found.get("headprobe") == "headprobe.export.vllm:register"  # what vLLM's plugin loader reads
