@@ -164,6 +164,18 @@ def test_without_headprobe_transformers_asks_for_remote_code(tmp_path_factory):
     assert done.returncode != 0 and "trust_remote_code" in done.stderr
 
 
+def test_a_bfloat16_checkpoint_exports_and_loads_back_in_bfloat16(tmp_path):
+    import headprobe as hp
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(vocab_size=264)).to(torch.bfloat16)
+    folder = export_hf(save_checkpoint(model, tmp_path / "ckpt"), tmp_path / "hf")
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    assert transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).dtype == torch.bfloat16
+    back = hp.load_model(folder).model
+    assert back.embed.weight.dtype == torch.bfloat16 and torch.equal(back.embed.weight, model.embed.weight)
+
+
 def test_load_model_reads_the_export_back_as_our_model_exactly(tmp_path_factory):
     import headprobe as hp
 
@@ -248,6 +260,10 @@ def test_bad_inputs_are_refused_before_any_work(tmp_path):
     assert res.exit_code == 2 and "exists; give another OUT, or --overwrite to replace it" in res.output
     assert export(tmp_path / "ckpt", tmp_path / "out", "--overwrite").exit_code == 0
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == before
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{not json")
+    res = export(tmp_path / "broken", tmp_path / "a")
+    assert res.exit_code == 2 and "broken/config.json is not valid JSON" in res.output and "Traceback" not in res.output
     res = export(tmp_path / "out", tmp_path / "again")  # an export is not one of our checkpoints
     assert res.exit_code == 2 and "already a Hugging Face model folder" in res.output
     tok_file = build_toy_bpe(tmp_path / "tok.json")

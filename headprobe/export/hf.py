@@ -106,7 +106,11 @@ def check_exportable(checkpoint: Path, out: Path, overwrite: bool) -> None:
         )
     if not (checkpoint / CONFIG_FILE).is_file():
         raise ExportError(f"{checkpoint / CONFIG_FILE} is missing: give a headprobe checkpoint folder")
-    if "model_type" in json.loads((checkpoint / CONFIG_FILE).read_text(encoding="utf-8") or "{}"):
+    try:
+        config = json.loads((checkpoint / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ExportError(f"{checkpoint / CONFIG_FILE} is not valid JSON ({err}); restore the checkpoint's") from None
+    if isinstance(config, dict) and "model_type" in config:
         raise ExportError(f"{checkpoint} is already a Hugging Face model folder (its config.json has a model_type)")
     if out.exists() and not overwrite:
         raise ExportError(f"{out} exists; give another OUT, or `overwrite` to replace it")
@@ -124,6 +128,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) 
     tokenizer = tokenizer or ByteTokenizer()
     config = HeadShapeConfig(**hf_config(model.cfg, tokenizer))
     config.architectures = ["HeadShapeForCausalLM"]
+    config.dtype = model.embed.weight.dtype  # the weights' own precision (a bf16 checkpoint stays bf16)
     config.auto_map = dict(AUTO_MAP)
     setattr(config, ORIGIN_KEY, {
         "model_config": model.cfg.to_dict(),
