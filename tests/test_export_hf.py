@@ -143,17 +143,26 @@ with torch.no_grad():
 @pytest.mark.parametrize("order", ["headprobe first", "transformers first"])
 def test_with_headprobe_imported_the_folder_loads_without_remote_code(tmp_path_factory, order):
     _, folder = exported(tmp_path_factory, "tiny-gqa")
-    imports = ["import headprobe", "from transformers import AutoConfig, AutoModelForCausalLM"]
-    script = (
-        "\n".join(imports if order == "headprobe first" else imports[::-1])
-        + f"""
-m = AutoModelForCausalLM.from_pretrained({str(folder)!r})
-print(type(m).__module__, AutoConfig.from_pretrained({str(folder)!r}).model_type)
-"""
+    imports = ["import headprobe", "from transformers import AutoConfig, AutoModel, AutoModelForCausalLM"]
+    load = (
+        f"m = AutoModelForCausalLM.from_pretrained({str(folder)!r})\n"
+        f"base = AutoModel.from_pretrained({str(folder)!r})\n"
+        f"print(type(m).__module__, type(m).__name__, type(base).__name__, "
+        f"AutoConfig.from_pretrained({str(folder)!r}).model_type)\n"
     )
+    script = "\n".join(imports if order == "headprobe first" else imports[::-1]) + "\n" + load
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["headprobe.export.hf_code.modeling_headshape", MODEL_TYPE]
+    module = "headprobe.export.hf_code.modeling_headshape"
+    assert done.stdout.split() == [module, "HeadShapeForCausalLM", "HeadShapeModel", MODEL_TYPE]
+
+
+def test_the_registration_costs_a_process_that_loads_no_export_nothing():
+    """Our own model imports transformers' Auto modules (through TransformerLens); the registration must not
+    pull in transformers' model code (1-2 s) there: it waits until a model class is used."""
+    script = "import sys, headprobe, headprobe.model.transformer; print('transformers.modeling_utils' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split() == ["False"], done.stderr[-2000:]
 
 
 def test_without_headprobe_transformers_asks_for_remote_code(tmp_path_factory):
