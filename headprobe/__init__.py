@@ -6,11 +6,12 @@
     model = hp.load_model("runs/grid/toy-d64/sft/final")           # ours, or a local Hugging Face folder
     report = hp.analyze([...checkpoints], "results/analyze", metrics=["entropy"], lengths=[4096])
     report.table("entropy")                                        # a tidy table over every model
+    hp.export_hf("runs/grid/toy-d64/sft/final", "hf/toy-d64")      # a Hugging Face folder (transformers, lm-eval)
 
 Packages, bottom to top (each imports only those below it; see docs/index.md): ``model`` (the model
-family), ``text`` and ``results`` (offline text; the results format), ``hooked`` (models as the analyses
-see them), ``stats`` (the streaming engine), ``metrics``, ``runs`` (job plumbing), ``analysis`` /
-``evals`` (the jobs), ``cli`` (the command line).
+family), ``text``, ``results`` and ``export`` (offline text; the results format; our checkpoints as
+Hugging Face folders), ``hooked`` (models as the analyses see them), ``stats`` (the streaming engine),
+``metrics``, ``runs`` (job plumbing), ``analysis`` / ``evals`` (the jobs), ``cli`` (the command line).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from headprobe.export.auto import register_when_imported
 
-register_when_imported()  # folders of `headprobe export hf` load in transformers without remote code
+register_when_imported()  # folders of `headprobe export hf` load in transformers without remote code (cheaply)
 
 _EXPORTS = {
     "load_model": "headprobe.hooked",
@@ -29,6 +30,7 @@ _EXPORTS = {
     "AnalyzeSettings": "headprobe.analysis",
     "read_table": "headprobe.results",
     "collect": "headprobe.results",
+    "export_hf": "headprobe.export.hf",
 }
 _PACKAGES = ("model", "text", "results", "hooked", "stats", "metrics", "runs", "analysis", "evals", "testing")
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
