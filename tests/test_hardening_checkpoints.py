@@ -167,10 +167,10 @@ def test_analyze_refuses_a_checkpoint_without_its_tokenizer_json(tmp_path, bpe_c
     assert invoke(*args).exit_code == 0  # with its tokenizer: measured
     before = snapshot(out)
     (x / "tokenizer.json").unlink()
-    line = one_error(invoke(*args), 1, "x/tokenizer.json is missing", "300 ids", "Restore the tokenizer.json")
+    line = one_error(invoke(*args), 2, "x/tokenizer.json is missing", "300 ids", "Restore the tokenizer.json")
     assert "\n" not in line
     assert snapshot(out) == before  # the earlier results neither replaced nor joined by partial ones
-    one_error(invoke(*args[:-1], tmp_path / "fresh"), 1, "x/tokenizer.json is missing")
+    one_error(invoke(*args[:-1], tmp_path / "fresh"), 2, "x/tokenizer.json is missing")  # one checkpoint: its error
     assert not (tmp_path / "fresh").exists()
 
 
