@@ -57,22 +57,33 @@ class HeadShapeRMSNorm(nn.Module):
 
 
 class HeadShapeRotary(nn.Module):
-    """RoPE on the first ``rope_dim`` dims of ``x: [batch, heads, seq, dim]`` at ``position_ids: [batch, seq]``."""
+    """The RoPE angles of one layer type: ``cos, sin: [batch, 1, seq, rope_dim/2]`` at ``position_ids:
+    [batch, seq]`` (made in float64, then in ``like``'s working precision), once per forward pass for every
+    layer of the type; ``None`` without RoPE."""
 
     def __init__(self, rope_dim: int, theta: float) -> None:
         super().__init__()
         self.rope_dim, self.theta = rope_dim, theta
 
-    def forward(self, x: Tensor, position_ids: Tensor) -> Tensor:
+    def forward(self, position_ids: Tensor, like: Tensor) -> tuple[Tensor, Tensor] | None:
         if self.rope_dim == 0:
-            return x
-        half, work = self.rope_dim // 2, _work_dtype(x.dtype)
-        inv_freq = self.theta ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / self.rope_dim)
-        angles = position_ids.to(device=x.device, dtype=torch.float64)[..., None] * inv_freq  # [batch, seq, half]
-        cos, sin = angles.cos().to(work)[:, None], angles.sin().to(work)[:, None]  # [batch, 1, seq, half]
-        a, b = x[..., :half].to(work), x[..., half : self.rope_dim].to(work)
-        rotated = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(x.dtype)
-        return torch.cat([rotated, x[..., self.rope_dim :]], dim=-1)
+            return None
+        half, work = self.rope_dim // 2, _work_dtype(like.dtype)
+        inv_freq = self.theta ** (-torch.arange(half, dtype=torch.float64, device=like.device) * 2 / self.rope_dim)
+        angles = position_ids.to(device=like.device, dtype=torch.float64)[..., None] * inv_freq  # [batch, seq, half]
+        return angles.cos().to(work)[:, None], angles.sin().to(work)[:, None]
+
+
+def apply_rotary(x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
+    """``x: [batch, heads, seq, dim]`` with its first ``rope_dim`` dims rotated as two halves (NeoX layout) by
+    ``rope`` (:class:`HeadShapeRotary`); the other dims pass through."""
+    if rope is None:
+        return x
+    cos, sin = rope
+    half = cos.shape[-1]
+    a, b = x[..., :half].to(cos.dtype), x[..., half : 2 * half].to(cos.dtype)
+    rotated = torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).to(x.dtype)
+    return torch.cat([rotated, x[..., 2 * half :]], dim=-1)
 
 
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
@@ -123,17 +134,16 @@ class HeadShapeAttention(nn.Module):
         self.k_proj = nn.Linear(d, self.num_key_value_heads * self.qk_head_dim, bias=False)
         self.v_proj = nn.Linear(d, self.num_key_value_heads * self.v_head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.v_head_dim, d, bias=False)
-        self.rotary = HeadShapeRotary(shape["rope_dim"], float(shape["rope_theta"]))
 
     def forward(
-        self, hidden_states: Tensor, position_ids: Tensor, attention_mask: Tensor | None, cache: Cache | None = None,
-        **kwargs: Any,
+        self, hidden_states: Tensor, rope: tuple[Tensor, Tensor] | None, attention_mask: Tensor | None,
+        cache: Cache | None = None, **kwargs: Any,
     ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
         b, n, _ = hidden_states.shape
         q = self.q_proj(hidden_states).view(b, n, self.num_heads, self.qk_head_dim).transpose(1, 2)
         k = self.k_proj(hidden_states).view(b, n, self.num_key_value_heads, self.qk_head_dim).transpose(1, 2)
         v = self.v_proj(hidden_states).view(b, n, self.num_key_value_heads, self.v_head_dim).transpose(1, 2)
-        q, k = self.rotary(q, position_ids), self.rotary(k, position_ids)
+        q, k = apply_rotary(q, rope), apply_rotary(k, rope)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         interface: Callable = eager_attention_forward
@@ -170,10 +180,10 @@ class HeadShapeDecoderLayer(nn.Module):
         self.mlp = HeadShapeMLP(config)
 
     def forward(
-        self, hidden_states: Tensor, position_ids: Tensor, attention_mask: Tensor | None, cache: Cache | None = None,
-        **kwargs: Any,
+        self, hidden_states: Tensor, rope: tuple[Tensor, Tensor] | None, attention_mask: Tensor | None,
+        cache: Cache | None = None, **kwargs: Any,
     ) -> Tensor:  # fmt: skip
-        attended, _ = self.self_attn(self.input_layernorm(hidden_states), position_ids, attention_mask, cache, **kwargs)
+        attended, _ = self.self_attn(self.input_layernorm(hidden_states), rope, attention_mask, cache, **kwargs)
         hidden_states = hidden_states + attended
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
@@ -205,6 +215,10 @@ class HeadShapeModel(HeadShapePreTrainedModel):
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(HeadShapeDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = HeadShapeRMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = nn.ModuleDict({
+            kind: HeadShapeRotary(config.attention[kind]["rope_dim"], float(config.attention[kind]["rope_theta"]))
+            for kind in sorted(set(config.layer_types))
+        })  # fmt: skip
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -241,13 +255,14 @@ class HeadShapeModel(HeadShapePreTrainedModel):
         if not isinstance(masks, dict):  # generate() may have made them already
             args = dict(config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                         position_ids=position_ids)  # fmt: skip
-            args["cache" if _CACHE_FIELD == "cache" else "past_key_values"] = cache
+            args[_CACHE_FIELD] = cache
             masks = {"full_attention": create_causal_mask(**args)}
             if "sliding_attention" in self.config.layer_types:
                 masks["sliding_attention"] = create_sliding_window_causal_mask(**args)
         hidden_states = inputs_embeds
+        rope = {kind: rotary(position_ids, inputs_embeds) for kind, rotary in self.rotary.items()}  # once per type
         for layer, kind in zip(self.layers, self.config.layer_types, strict=True):
-            hidden_states = layer(hidden_states, position_ids, masks[kind], cache, **kwargs)
+            hidden_states = layer(hidden_states, rope[kind], masks[kind], cache, **kwargs)
         return BaseModelOutputWithPast(
             last_hidden_state=self.norm(hidden_states), **{_CACHE_FIELD: cache if use_cache else None}
         )
