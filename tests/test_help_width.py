@@ -13,6 +13,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from headprobe.cli import app
+from headprobe.cli.common import plain_help, usage_arguments
 
 WIDTH = 80
 
@@ -55,9 +56,9 @@ def _shown_default(param, ctx) -> str | None:
 
 
 def _summary(command) -> str:
-    """What a group lists for ``command``: its short help, or its help's first paragraph."""
+    """What a group lists for ``command``: its short help, or its help's first paragraph, markup plain."""
     text = command.short_help or inspect.cleandoc(command.help or "").partition("\f")[0].split("\n\n")[0]
-    return text.replace("\b", "")
+    return plain_help(text.replace("\b", ""))
 
 
 @pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(p) or "headprobe" for p, _ in COMMANDS])
@@ -96,3 +97,29 @@ def test_a_group_without_a_command_shows_its_help(path, command):
     assert res.exit_code == 2, res.output
     shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)}).stdout
     assert "Usage:" in res.stdout and res.stdout.strip() == shown.strip(), res.output
+
+
+@pytest.mark.parametrize("path, command", COMMANDS, ids=[" ".join(p) or "headprobe" for p, _ in COMMANDS])
+def test_help_is_plain_text_with_readable_usage(path, command):
+    """Docstrings' reST markup shows plain (``x`` as `x`), and arguments read as click names them, in
+    capitals (CHECKPOINTS...), in the usage line and the Arguments section (typer writes {checkpoints}...)."""
+    text = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "300"}).output
+    assert "``" not in text and not re.search(r":(func|class|mod|meth|attr):`", text), text
+    usage = text.splitlines()[0]
+    assert usage.startswith("Usage: ") and "{" not in usage, usage
+    ctx = command.context_class(command, info_name=path[-1] if path else "headprobe")
+    for param in command.get_params(ctx):
+        if param.param_type_name == "argument":
+            assert re.search(rf"(?<![\w-]){param.name.upper()}\b", usage), (param.name, usage)
+            assert re.search(rf"^  {param.name.upper()}\b", text, re.M), (param.name, text)
+
+
+def test_help_markup_and_usage_are_rewritten():
+    """What the two rules above hold, on text where they could fail."""
+    assert plain_help("Tables ``ablation`` and :func:`headprobe.ablate`; `--from`") == (
+        "Tables `ablation` and `headprobe.ablate`; `--from`"
+    )
+    assert (
+        usage_arguments("[OPTIONS] {checkpoints}... {step_folder} {a|b}")
+        == "[OPTIONS] CHECKPOINTS... STEP_FOLDER {a|b}"
+    )

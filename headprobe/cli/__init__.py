@@ -35,7 +35,7 @@ import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
 from headprobe.cli import ablate, analyze, explore, export, figures, plan, ruler, shortctx, show, study
-from headprobe.cli.common import USER_ERRORS, Session
+from headprobe.cli.common import USER_ERRORS, Session, plain_help, usage_arguments
 from headprobe.cli.train import add_trainer_commands
 from headprobe.core.cleanup import run_cleanups
 
@@ -103,12 +103,71 @@ def _end_interrupted(code: object) -> NoReturn:
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
+class _Formatter(typer.Context.formatter_class):  # type: ignore[name-defined, misc]
+    """click's help formatter, showing docstrings' markup as plain text (``x`` as `x`) and arguments as click
+    names them, in capitals, in the usage line (``CHECKPOINTS...``, not typer's ``{checkpoints}...``) and the
+    Arguments section alike (as errors name them)."""
+
+    section_name = ""
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        super().write_usage(prog, usage_arguments(args), prefix)
+
+    def write_text(self, text: str) -> None:
+        super().write_text(plain_help(text))
+
+    @contextlib.contextmanager
+    def section(self, name: str):
+        self.section_name = name
+        try:
+            with super().section(name):
+                yield
+        finally:
+            self.section_name = ""
+
+    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+        if self.section_name == "Arguments":
+            rows = [(_capitalised(term), text) for term, text in rows]
+        super().write_dl([(term, plain_help(text)) for term, text in rows], col_max, col_spacing)
+
+
+def _capitalised(term: str) -> str:
+    """An argument's help term with its name in capitals: ``checkpoints... <list[Path]>`` ->
+    ``CHECKPOINTS... <list[Path]>``."""
+    name, space, kind = term.partition(" ")
+    return name.upper() + space + kind
+
+
+class _Context(typer.Context):
+    """The context of every headprobe command and group: its help through :class:`_Formatter`."""
+
+    formatter_class = _Formatter
+
+
 class _Group(TyperGroup):
     """headprobe's groups (the command itself, and each one :meth:`_App.add_typer` adds): ``--help`` as click's
     plain text, which wraps to any terminal. typer's rich panels cut option names and defaults short with "…"
     at 80 columns, put ``<bool>`` on flags and leave the help text a narrow column (issue 28). The app's
     ``rich_markup_mode=None``, which typer hands to every command, makes every command's help plain; usage
-    errors keep typer's panel, as the root's :meth:`main` shows them with typer's default mode."""
+    errors keep typer's panel, as the root's :meth:`main` shows them with typer's default mode. The group and
+    every command in it format their help through :class:`_Context` (plain text, readable usage lines)."""
+
+    context_class = _Context
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            self._plain(command)
+
+    def add_command(self, cmd, name: str | None = None) -> None:
+        super().add_command(self._plain(cmd), name)
+
+    @staticmethod
+    def _plain(command):
+        """``command``, its help formatted as headprobe's (a group of ours already is)."""
+        if not isinstance(command, TyperGroup):
+            command.context_class = _Context
+        return command
 
     def main(self, *args, **kwargs):
         self.rich_markup_mode = DEFAULT_MARKUP_MODE  # how usage errors are shown; help stays plain (below)

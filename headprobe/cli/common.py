@@ -46,6 +46,22 @@ def flagify(message: str, flags: dict[str, str]) -> str:
     return _SETTING.sub(lambda m: flags.get(m.group(1), m.group(1)), message)
 
 
+_LITERAL = re.compile(r"``(.+?)``")
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+_USAGE_ARGUMENT = re.compile(r"\{([a-z][a-z0-9_]*)\}")
+
+
+def plain_help(text: str) -> str:
+    """Help text as a terminal shows it: docstrings' reST markup plain (``x`` and :func:`x` as `x`)."""
+    return _LITERAL.sub(r"`\1`", _ROLE.sub(r"`\1`", text))
+
+
+def usage_arguments(args: str) -> str:
+    """A usage line's arguments as click writes them, in capitals (``CHECKPOINTS...``), not as typer's
+    ``{checkpoints}...``; click's choices (``{a|b}``) stay."""
+    return _USAGE_ARGUMENT.sub(lambda m: m.group(1).upper(), args)
+
+
 def command_flags(ctx: typer.Context | None) -> dict[str, str]:
     """Setting name -> flag of the command ``ctx`` runs (empty without one)."""
     if ctx is None:
