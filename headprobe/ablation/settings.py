@@ -31,7 +31,7 @@ from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import collect, results_of
 from headprobe.runs import repeated_lengths
 from headprobe.text.needles import needle_set
-from headprobe.text.prompt_format import PromptFormat
+from headprobe.text.prompt_format import parse_prompt_format
 
 NEEDLE_TASK = "needle"  # the analyze needles, scored as Wu et al. keep a sample (ROUGE-1 recall > 0.5)
 ABLATABLE_TASKS = (NEEDLE_TASK, *(name for name in TASKS if name.startswith("niah")))
@@ -88,7 +88,8 @@ class AblateSettings:
         samples: prompts per length and depth (``needle``) or per length (RULER tasks).
         needles: the needle set: ``builtin``, ``codes`` or a JSON-lines file
             (:func:`headprobe.text.needles.needle_set`).
-        prompt_format: ``auto``, ``chat`` or ``plain`` (:mod:`headprobe.text.prompt_format`).
+        prompt_format: ``auto``, ``chat``, ``plain``, or a wrapper holding ``{task_template}`` (a string or a
+            file) (:mod:`headprobe.text.prompt_format`).
         seed: haystack seed (and RULER sample seed).
         max_new_tokens: decoding budget of a needle answer (RULER tasks use their own).
         dtype: the model's dtype; ``None`` = as saved.
@@ -114,7 +115,7 @@ class AblateSettings:
         """Raise :class:`AblationError` naming the first bad setting (reads no model)."""
         try:
             parse_dtype(self.dtype)
-            PromptFormat(self.prompt_format)
+            parse_prompt_format(self.prompt_format)
             needle_set(self.needles)
             [AblationMode(m) for m in self.modes]
         except ValueError as err:

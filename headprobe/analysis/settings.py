@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, setting
 from headprobe.text.files import TextFileError, read_text_file
-from headprobe.text.prompt_format import PromptFormat
+from headprobe.text.prompt_format import format_key, parse_prompt_format
 
 if TYPE_CHECKING:
     from headprobe.metrics import Metric, Rows
@@ -43,7 +43,8 @@ class AnalyzeSettings:
         retrieval_span: ``exact`` (the answer's tokens) or ``reference`` (Wu et al.'s search),
             :class:`headprobe.metrics.retrieval.Span`.
         prompt_format: how needle prompts are put to the model: ``auto`` (its chat template where it has
-            one), ``chat`` or ``plain`` (:mod:`headprobe.text.prompt_format`).
+            one), ``chat``, ``plain``, or a wrapper holding ``{task_template}`` (a string or a file)
+            (:mod:`headprobe.text.prompt_format`).
         dtype: the model's dtype (:data:`headprobe.hooked.DTYPES`); ``None`` = as saved.
         allow_beyond_trained: analyse lengths beyond what a model was trained on (else refused before
             loading it); recorded with the results, not part of the resume key.
@@ -113,7 +114,7 @@ class AnalyzeSettings:
         try:
             needle_set(self.needles)
             Span(self.retrieval_span)
-            PromptFormat(self.prompt_format)
+            parse_prompt_format(self.prompt_format)
         except ValueError as err:
             raise AnalysisError(str(err)) from None
         if not self.lengths or min(self.lengths) < MIN_LENGTH:
@@ -140,7 +141,7 @@ class AnalyzeSettings:
         settings (:attr:`headprobe.metrics.PassMetric.settings`)."""
         from headprobe.runs import resume_key
 
-        values = self.to_dict()
+        values = self.to_dict() | {"prompt_format": format_key(self.prompt_format)}  # a file: its wrapper
         return resume_key(
             metric=metric.name,
             revision=metric.revision,

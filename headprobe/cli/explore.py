@@ -61,6 +61,7 @@ def explore(
     tokens); the input's tokens with a query row's top keys; the needle view (the answer and each head's
     argmax per step) for --needle and --ruler inputs."""
     from headprobe.metrics.rows import Rows
+    from headprobe.text.prompt_format import parse_prompt_format
 
     _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, export_levels)
     check_counts(ctx, ("--port", port, 0))
@@ -69,6 +70,7 @@ def explore(
     try:
         check_device(device)
         row_spec = Rows.parse(rows) if rows else None
+        parse_prompt_format(prompt_format)  # as every command reads it, before any model loads
     except (HeadprobeError, typer.BadParameter) as err:
         raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
     inputs = dict(

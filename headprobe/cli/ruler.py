@@ -24,7 +24,8 @@ from headprobe.cli.common import (
     with_settings,
 )
 from headprobe.core.errors import HeadprobeError
-from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, FORMAT_HELP, LENGTHS_HELP, RulerSettings
+from headprobe.core.settings import PROMPT_FORMAT_HELP
+from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, LENGTHS_HELP, RulerSettings
 from headprobe.evals.ruler.tasks import TASKS_HELP
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def ruler_generate(
         list[Path] | None, typer.Option("--qa-file", help="SQuAD v2 and/or HotpotQA dev JSON files")
     ] = None,
     reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
-    prompt_format: Annotated[str, typer.Option(help=FORMAT_HELP)] = "auto",
+    prompt_format: Annotated[str, typer.Option(help=PROMPT_FORMAT_HELP)] = "auto",
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
     overwrite: Annotated[bool, typer.Option(help="replace an existing --out file; without it, it is refused")] = False,

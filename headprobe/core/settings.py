@@ -33,5 +33,6 @@ def setting(
 # help texts of settings that several commands take
 DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
 PROMPT_FORMAT_HELP = (
-    "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain"
+    "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain "
+    "(RULER's base) | a wrapper string or file holding {task_template} once (RULER's model template)"
 )

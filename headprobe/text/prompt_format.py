@@ -7,7 +7,10 @@ with its ``{task_template}`` slot, then the task's answer prefix). The format ch
 auto     the model's chat template when its tokenizer has one, else ``plain`` (the default)
 chat     the model's chat template: the task text as one user turn, then the assistant-turn header
 plain    the task text as it is (RULER's ``base`` wrapper, Wu et al.'s plain prompt)
+wrapper  a string holding ``{task_template}`` once (RULER's ``model_template``), or a file holding one
 =======  =========================================================================================
+
+Every command reads the value the same way (:func:`parse_prompt_format`), before any model loads.
 
 A chat template is rendered once, for one user message, by transformers from the model folder's own
 files (``chat_template.jinja`` or ``tokenizer_config.json``), offline. An instruct model asked in its
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import read_utf8
 
 SLOT = "{task_template}"
 
@@ -142,29 +146,59 @@ def _render(folder: str | Path, messages: list[dict[str, str]], add_generation_p
     return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
-def resolve_wrapper(spec: str, folder: str | Path | None) -> Wrapper:
-    """The wrapper for a ``prompt_format`` value: ``auto``, ``chat``, ``plain`` (:class:`PromptFormat`;
-    ``base`` is RULER's name for plain), or a custom wrapper with ``{task_template}`` (a string or a file
-    holding one). ``folder``: the model folder whose chat template ``auto``/``chat`` use (``None``: no
-    template, e.g. the byte tokenizer)."""
+def parse_prompt_format(spec: str) -> PromptFormat | Wrapper:
+    """The one reading of a ``prompt_format`` value, the same for every command and before any model loads:
+    ``auto``, ``chat`` or ``plain`` (``base`` is RULER's name for plain) as a :class:`PromptFormat`; a wrapper
+    string holding ``{task_template}`` once, or the UTF-8 file holding one, as a :class:`Wrapper`. Raises
+    :class:`PromptFormatError` naming the value (a file by its name) and what to give instead."""
     if spec == "base":
-        spec = PromptFormat.PLAIN.value
+        return PromptFormat.PLAIN
     if spec in {f.value for f in PromptFormat}:
-        fmt = PromptFormat(spec)
-        if fmt is PromptFormat.PLAIN or (fmt is PromptFormat.AUTO and not has_chat_template(folder)):
-            return PLAIN
-        if folder is None:
-            raise PromptFormatError(
-                "`prompt_format` chat needs a model's chat template, and no model folder was given: pass "
-                f"`tokenizer` MODEL_DIR (a folder with tokenizer.json and its chat template), or give a wrapper "
-                f"holding {SLOT}"
-            )
-        return chat_wrapper(folder)
+        return PromptFormat(spec)
+    if SLOT in spec:
+        return Wrapper.parse(spec)
     path = Path(spec)
-    if SLOT not in spec and len(spec) < 4096 and path.is_file():
-        spec = path.read_text(encoding="utf-8")
-    if SLOT not in spec:
+    if len(spec) < 4096 and path.is_file():
+        return wrapper_file(path)
+    raise PromptFormatError(
+        f"unknown `prompt_format` {spec!r}: not auto, chat or plain, no file of that name, and no {SLOT} in it; "
+        f"choose auto, chat or plain, or give a wrapper holding {SLOT} (a string or a file)"
+    )
+
+
+def wrapper_file(path: Path) -> Wrapper:
+    """The wrapper in the file ``path``; errors name the file (not its content)."""
+    text = read_utf8(path, "`prompt_format` file", PromptFormatError)
+    if text.count(SLOT) != 1:
+        found = f"holds no {SLOT}" if SLOT not in text else f"holds {SLOT} {text.count(SLOT)} times"
         raise PromptFormatError(
-            f"unknown `prompt_format` {spec!r}; choose auto, chat or plain (or give a wrapper holding {SLOT})"
+            f"`prompt_format` file {path} {found}; a wrapper holds it exactly once, where the task text "
+            "goes (e.g. '<|user|>\\n{task_template}<|assistant|>\\n')"
         )
-    return Wrapper.parse(spec)
+    return Wrapper.parse(text)
+
+
+def format_key(spec: str) -> str:
+    """What a resume key records of a ``prompt_format`` value: the wrapper itself for a file (so that editing
+    the file redoes the work it decides), the value as given otherwise."""
+    parsed = parse_prompt_format(spec)
+    return parsed.template if isinstance(parsed, Wrapper) else spec
+
+
+def resolve_wrapper(spec: str, folder: str | Path | None) -> Wrapper:
+    """The wrapper a ``prompt_format`` value (:func:`parse_prompt_format`) gives the model in ``folder``:
+    ``auto`` is its chat template where its files have one, else ``plain``; ``chat`` its chat template.
+    ``folder``: the model folder whose chat template ``auto``/``chat`` use (``None``: no template, e.g. the
+    byte tokenizer)."""
+    parsed = parse_prompt_format(spec)
+    if isinstance(parsed, Wrapper):
+        return parsed
+    if parsed is PromptFormat.PLAIN or (parsed is PromptFormat.AUTO and not has_chat_template(folder)):
+        return PLAIN
+    if folder is None:
+        raise PromptFormatError(
+            "`prompt_format` chat needs a model's chat template, and no model folder was given: pass "
+            f"`tokenizer` MODEL_DIR (a folder with tokenizer.json and its chat template), or give a wrapper "
+            f"holding {SLOT}"
+        )
+    return chat_wrapper(folder)

@@ -12,7 +12,7 @@ from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, setting
 from headprobe.evals.ruler.tasks import TASKS_HELP, Task, resolve_tasks
 from headprobe.text.files import TextFileError, read_text_file
-from headprobe.text.prompt_format import PromptFormat, PromptFormatError, resolve_wrapper
+from headprobe.text.prompt_format import PromptFormatError, parse_prompt_format
 
 if TYPE_CHECKING:
     from headprobe.evals.ruler.evaluate import RulerRun
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
 LENGTHS_HELP = "comma list of target lengths in tokens, k = 1,024 (4096,16k,128K)"
 FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
 CWE_HELP = "ruler (RULER's word counts by length) | fit (the small counts wherever the standard ones do not fit)"
-FORMAT_HELP = (
-    f"{PROMPT_FORMAT_HELP} (RULER's base) | a wrapper string or file containing {{task_template}} (RULER's "
-    "model template)"
-)
 
 
 class RulerError(HeadprobeError, ValueError):
@@ -85,7 +81,7 @@ class RulerSettings:
         None, help="SQuAD v2 and/or HotpotQA dev JSON files", flag="--qa-file", form="paths"
     )
     data: str | None = setting(None, help="read samples from this JSONL instead of generating")
-    prompt_format: str = setting("auto", help=FORMAT_HELP)
+    prompt_format: str = setting("auto", help=PROMPT_FORMAT_HELP)
     fit: str = setting("ruler", help=FIT_HELP)
     cwe_rule: str = setting("ruler", help=CWE_HELP)
     dtype: str | None = setting(None, help=DTYPE_HELP)
@@ -105,11 +101,10 @@ class RulerSettings:
             raise RulerError(repeated)
         if self.samples < 1:
             raise RulerError("`samples` must be >= 1")
-        if self.prompt_format not in {*(f.value for f in PromptFormat), "base"}:
-            try:  # a custom wrapper: a string or file holding {task_template}
-                resolve_wrapper(self.prompt_format, None)
-            except (PromptFormatError, OSError) as err:
-                raise RulerError(str(err)) from None
+        try:
+            parse_prompt_format(self.prompt_format)
+        except PromptFormatError as err:
+            raise RulerError(str(err)) from None
         for f in self.haystack_files or []:  # before any model loads
             try:
                 read_text_file(f, "`haystack_files`")
