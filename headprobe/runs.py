@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import torch
 from headprobe.core.atomic import FolderBusy, atomic_write_text, folder_lock
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.ranks import Ranks
-from headprobe.hooked.gguf import is_gguf
+from headprobe.hooked.load import model_name
 from headprobe.model.budget import MemoryEstimate
 from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
 
@@ -69,17 +68,9 @@ class Silent:
 # Names, versions, keys
 # ---------------------------------------------------------------------------------------------
 def checkpoint_name(path: str | Path) -> str:
-    """The results sub-folder of a checkpoint: its folder name (a GGUF file's name without ``.gguf``), with
-    its parents when the name is generic (``final``, ``step_...``: ``runs/x/toy-d16/sft/final`` ->
-    ``toy-d16-sft-final``; in a grid's seed folder ``runs/grid/toy-d16/s0/pt/final`` -> ``toy-d16-s0-pt-final``)."""
-    path = Path(path)
-    if is_gguf(path):
-        return path.stem
-    if path.name == "final" or path.name.startswith("step_"):
-        parts = path.resolve().parts
-        depth = 4 if len(parts) >= 4 and re.fullmatch(r"s\d+", parts[-3]) else 3
-        return "-".join(parts[-depth:])
-    return path.name
+    """The results sub-folder of a checkpoint: its one name (:func:`headprobe.hooked.model_name`), the name
+    its loaded model, logs and errors use too (``runs/grid/toy-d16/s0/pt/final`` -> ``toy-d16-s0-pt-final``)."""
+    return model_name(path)
 
 
 def unique_names(checkpoints: Sequence[str | Path]) -> list[str]:

@@ -5,7 +5,8 @@ Hugging Face models.
 base    ``HookedModel``: forward with hooks, greedy decoding (one prompt, or a left-padded batch)
 ours    ``HeadprobeModel``: our :class:`~headprobe.model.transformer.Transformer`
 hf      ``HFModel``: a Hugging Face causal LM, its attention routed through the seam per call
-load    ``load_model(path)``, ``parse_dtype``, ``trained_positions`` / ``check_trained_lengths`` (from config.json)
+load    ``load_model(path)``, ``model_name`` (a checkpoint's one name), ``parse_dtype``, ``trained_positions`` /
+        ``check_trained_lengths`` (from config.json)
 errors  ``ModelLoadError``
 ======  ===========================================================================================
 """
@@ -18,6 +19,7 @@ from headprobe.hooked.load import (
     BeyondTrainedError,
     check_trained_lengths,
     load_model,
+    model_name,
     parse_dtype,
     trained_positions,
 )
@@ -34,6 +36,7 @@ __all__ = [
     "ResidualHook",
     "check_trained_lengths",
     "load_model",
+    "model_name",
     "parse_dtype",
     "trained_positions",
 ]

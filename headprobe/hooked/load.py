@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -66,20 +67,29 @@ def load_model(
             model, tokenizer = load_exported(path, device=device, dtype=dtype)
         except (HeadprobeError, OSError, RuntimeError) as err:
             raise ModelLoadError(f"{path}: cannot read the exported model back: {err}") from None
-        return HeadprobeModel(model, tokenizer or ByteTokenizer(), path.name, folder=path)
+        return HeadprobeModel(model, tokenizer or ByteTokenizer(), model_name(path), folder=path)
     if "model_type" in config:  # Hugging Face
-        return HFModel(path, device=device, dtype=dtype or torch.float32)
+        return HFModel(path, device=device, dtype=dtype or torch.float32, name=model_name(path))
     try:
         model, tokenizer = load_checkpoint(path, device=device, dtype=dtype)
     except CheckpointError as err:
         raise ModelLoadError(str(err)) from None
-    return HeadprobeModel(model, tokenizer, path.name, folder=path)
+    return HeadprobeModel(model, tokenizer, model_name(path), folder=path)
 
 
 def model_name(path: str | Path) -> str:
-    """A model's name: its folder's name, or a GGUF file's name without ``.gguf``."""
+    """A checkpoint's one name, in its results (the sub-folder of ``OUT``), its logs and its errors: its folder
+    name (a GGUF file's name without ``.gguf``), with its parents when the name is generic (``final``,
+    ``step_...``: ``runs/x/toy-d16/sft/final`` -> ``toy-d16-sft-final``; in a grid's seed folder
+    ``runs/grid/toy-d16/s0/pt/final`` -> ``toy-d16-s0-pt-final``)."""
     path = Path(path)
-    return path.stem if is_gguf(path) else path.name
+    if is_gguf(path):
+        return path.stem
+    if path.name == "final" or path.name.startswith("step_"):
+        parts = path.resolve().parts
+        depth = 4 if len(parts) >= 4 and re.fullmatch(r"s\d+", parts[-3]) else 3
+        return "-".join(parts[-depth:])
+    return path.name
 
 
 def trained_positions(path: str | Path) -> int | None:
