@@ -28,7 +28,7 @@ from figures import (
     short_context,
     token_reordering,
 )
-from figures.draw import DrawReport, draw, nothing_drawn
+from figures.draw import DrawReport, asked_not_drawn, draw, nothing_drawn
 from figures.spec import Spec
 
 STUDY_SPECS: tuple[Spec, ...] = tuple(
@@ -56,4 +56,4 @@ runs of a study in the folder), a panel or a colour per model."""
 
 SPECS: tuple[Spec, ...] = STUDY_SPECS + MODEL_SPECS
 
-__all__ = ["MODEL_SPECS", "SPECS", "STUDY_SPECS", "DrawReport", "Spec", "draw", "nothing_drawn"]
+__all__ = ["MODEL_SPECS", "SPECS", "STUDY_SPECS", "DrawReport", "Spec", "asked_not_drawn", "draw", "nothing_drawn"]

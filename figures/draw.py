@@ -102,7 +102,7 @@ def draw(
 
 WRITERS = (
     ("`headprobe study`", "study_*"),
-    ("`headprobe analyze`", "retrieval, entropy, erank"),
+    ("`headprobe analyze`", "retrieval, entropy, reordering, erank"),
     ("`headprobe ruler eval`", "ruler_scores, ruler_samples"),
     ("`headprobe ablate`", "ablation"),
 )
@@ -115,4 +115,29 @@ def nothing_drawn(results: str | Path, specs: Sequence[Spec], what: str = "draw"
     return (
         f"nothing to {what} from {results}: looked below it for the tables the figures read "
         f"({', '.join(tables)}) and found none a figure could use ({writers})"
+    )
+
+
+def written_by(table: str) -> str:
+    """The command that writes the result table ``table`` (:data:`WRITERS`)."""
+    for command, names in WRITERS:
+        if any(table == n or (n.endswith("*") and table.startswith(n[:-1])) for n in names.split(", ")):
+            return command
+    return "no headprobe command"
+
+
+def asked_not_drawn(results: str | Path, asked: Sequence[Spec], report: DrawReport) -> str:
+    """Why none of the figures asked for by name (``asked``, of ``only``) was drawn from ``results``: the
+    tables each reads, their files and the command that writes them, and why the folder's did not serve
+    (``report``: what :func:`draw` skipped and left out)."""
+    why = {**report.absent, **report.skipped}
+    each = []
+    for spec in asked:
+        join = " or " if spec.family == "model" else " and "  # a model figure draws from either of its tables
+        needs = join.join(f"{t}.parquet (written by {written_by(t)})" for t in spec.inputs)
+        each.append(f"{spec.name} reads {needs}, and {results} holds none it can use ({why.get(spec.name, '')})")
+    commands = ", ".join(dict.fromkeys(written_by(t) for spec in asked for t in spec.inputs))
+    return (
+        f"`only` {', '.join(s.name for s in asked)}: nothing drawn from {results}: {'; '.join(each)}; give the "
+        f"folder that {commands} wrote, or leave out `only` to draw what this folder holds"
     )

@@ -16,6 +16,7 @@ from headprobe.ablation import AblateSettings
 from headprobe.analysis import AnalyzeSettings
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.hooked import load_model
+from headprobe.results import TableMeta, write_table
 from headprobe.runs import checkpoint_name
 from headprobe.testing import tiny_checkpoint
 
@@ -93,3 +94,22 @@ def test_analyze_puts_prompts_in_a_wrapper_string(toy, tmp_path):
 def test_a_checkpoint_has_one_name(toy):
     """The name a loaded model gives itself (in logs and errors) is its results name."""
     assert load_model(toy).name == checkpoint_name(toy) == "toy-x-s0-pt-final"
+
+
+def _retrieval_folder(folder: Path, model: str, scores: dict[tuple[int, int], float]) -> Path:
+    """An analyze output of ``model`` holding a retrieval table with these head scores, as analyze writes it."""
+    rows = [{"model": model, "layer": layer, "head": head, "layer_type": "full", "value": v, "n_kept": 1,
+             "n_samples": 1, "length": 256} for (layer, head), v in scores.items()]  # fmt: skip
+    write_table(folder / model / "retrieval.parquet", pd.DataFrame(rows), TableMeta("retrieval", model))
+    return folder
+
+
+def test_figures_only_names_the_table_its_figure_needs(tmp_path):
+    results = _retrieval_folder(tmp_path / "analyze", "toy", {(0, 0): 0.5, (0, 1): 0.0})
+    out = tmp_path / "figs"
+    res = invoke("figures", results, "--only", "ablation", "--out", out)
+    refused(res, "--only ablation: nothing drawn", "ablation reads ablation.parquet (written by `headprobe ablate`)",
+            f"{results} holds none it can use", "give the folder that `headprobe ablate` wrote")  # fmt: skip
+    assert not out.exists()
+    drawn = invoke("figures", results, "--only", "ablation,model_retrieval_heads", "--out", out)
+    assert drawn.exit_code == 0 and (out / "model_retrieval_heads.png").is_file(), drawn.output  # one of two: drawn

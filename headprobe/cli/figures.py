@@ -25,7 +25,7 @@ def figures(
     """Draw every figure (png/pdf/svg) and table (md/tex/csv) that the results allow: a study's, and per
     model the retrieval heads, entropy and effective rank by layer, RULER-style scores and ablations; the
     others are listed with what they lack."""
-    from figures import SPECS, draw, nothing_drawn
+    from figures import SPECS, asked_not_drawn, draw, nothing_drawn
 
     console = wide_console()
     try:
@@ -40,6 +40,8 @@ def figures(
     for name, why in report.absent.items():  # figures of another kind of folder: named only when asked for
         if only:
             console.print(f"[yellow]skipped[/] {name}: {why}")
+    if not report.drawn and only:
+        raise fail(asked_not_drawn(results, [s for s in SPECS if s.name in words(only)], report), ctx)
     if not report.drawn:
         raise fail(nothing_drawn(results, SPECS), ctx)
     console.print(f"{len(report.drawn)} drawn, {len(report.skipped)} skipped, in {report.out}")
