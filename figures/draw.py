@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ import matplotlib.pyplot as plt
 from figures import style, tables
 from figures.data import MissingInput, Results
 from figures.spec import Spec
-from headprobe.core.atomic import atomic_write_bytes
+from headprobe.core.atomic import atomic_write_bytes, atomic_write_text
+from headprobe.core.outputs import FIGURES, FIGURES_FILE, claim
 
 FORMATS = ("png", "pdf", "svg")
 
@@ -88,6 +90,7 @@ def draw(
     unknown = sorted(set(only or ()) - set(names))
     if unknown:
         raise SettingError(f"unknown figure(s) {unknown}; the figures are: {', '.join(names)}")
+    claim(out, FIGURES, inputs=[results])  # a new folder, or one of figures (beside the results is fine)
     data = Results(Path(results))
     report = DrawReport(Path(out))
     chosen = [s for s in specs if not only or s.name in only]
@@ -97,6 +100,17 @@ def draw(
             report.drawn[spec.name] = tables.write(made, stem)
         else:
             report.drawn[spec.name] = save_figure(made, stem, formats)
+    if report.drawn:  # the folder's index: what it holds, and from which results (every draw into it, merged)
+        index = report.out / FIGURES_FILE
+        try:
+            earlier = json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {}
+        except (OSError, ValueError):
+            earlier = {}  # a damaged index is written anew
+        drawn = {
+            **(earlier.get("drawn", {}) if isinstance(earlier, dict) else {}),
+            **{k: [p.name for p in v] for k, v in report.drawn.items()},
+        }
+        atomic_write_text(index, json.dumps({"results": str(results), "drawn": drawn}, indent=2) + "\n")
     return report
 
 

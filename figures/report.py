@@ -25,6 +25,7 @@ from figures.draw import built, figure_bytes
 from figures.spec import Spec
 from figures.tables import Table
 from headprobe.core.atomic import atomic_write_text
+from headprobe.core.outputs import PAGE, PAGE_MARK, claim
 from headprobe.results import read_meta, table_path
 
 CSS = """
@@ -88,6 +89,7 @@ def caveats(data: Results) -> list[str]:
     elif seeds:
         out.append(f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): cells are the mean ± sd over seeds.")
     out += _unscored(data)
+    out += data.read_apart  # results of different checkpoints or settings that share a name, shown apart
     out.append(
         "Haystacks, needles and RULER-style tasks are generated offline from headprobe's built-in corpus and "
         "word lists; RULER-style scores follow RULER's templates and scoring but not its essay haystacks."
@@ -149,7 +151,7 @@ def report_page(results: str | Path, specs: Sequence[Spec], title: str | None = 
     skipped = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(why)}</li>" for name, why in page.skipped.items())
     parts = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
+        f'<html lang="en"><head><meta charset="utf-8">{PAGE_MARK} report">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p>From <code>{html.escape(str(results))}</code>, drawn {dt.date.today().isoformat()}.</p>",
@@ -166,8 +168,12 @@ def report_page(results: str | Path, specs: Sequence[Spec], title: str | None = 
     return page
 
 
-def write_report(results: str | Path, out: str | Path, specs: Sequence[Spec], title: str | None = None) -> ReportPage:
-    """:func:`report_page` written to ``out`` atomically."""
+def write_report(
+    results: str | Path, out: str | Path, specs: Sequence[Spec], title: str | None = None, overwrite: bool = False
+) -> ReportPage:
+    """:func:`report_page` written to ``out`` atomically: a page headprobe wrote there is made anew, any other
+    file replaced only with ``overwrite`` (:func:`headprobe.core.outputs.claim`)."""
+    claim(out, PAGE, inputs=[results], overwrite=overwrite)
     page = report_page(results, specs, title)
     atomic_write_text(Path(out), page.html)
     return page

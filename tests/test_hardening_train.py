@@ -209,7 +209,7 @@ def test_overwrite_never_replaces_a_folder_that_is_not_data(tmp_path, source):
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
     res = invoke("data", "prepare", str(source), "--out", str(out), "--overwrite")
-    assert_clean_error(res, str(out), "not a data folder", "new or empty folder")
+    assert_clean_error(res, str(out), "not a data folder", "new or empty folder", "never anything else")
     assert [p.name for p in out.iterdir()] == ["thesis.tex"]
 
 

@@ -622,7 +622,7 @@ def test_generate_command_with_a_wrapper(tmp_path):
     assert row["input"].startswith("[INST] Answer the question") and row["input"].endswith(" [/INST]")
     before = (tmp_path / "s.jsonl").read_text()
     res = CliRunner().invoke(app, [*args, "--samples", "1"])  # an existing file is kept without --overwrite
-    assert res.exit_code == 2 and "s.jsonl exists; give another file, or --overwrite" in res.output
+    assert res.exit_code == 2 and "s.jsonl exists (a file); give another --out, or add --overwrite" in res.output
     assert (tmp_path / "s.jsonl").read_text() == before
     res = CliRunner().invoke(app, [*args, "--samples", "1", "--prompt-format", "[INST] no slot", "--overwrite"])
     assert res.exit_code == 2 and "unknown --prompt-format" in res.output and "{task_template}" in res.output

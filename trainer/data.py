@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ import numpy as np
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.outputs import DATA, claim
 from headprobe.core.paths import not_a, read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.jsonl import jsonl_records
@@ -269,26 +270,12 @@ def _new_manifest(tokenizer: ByteTokenizer | HFTokenizer, dtype: str, extra: dic
     )
 
 
-def check_new_folder(out: str | Path, overwrite: bool = False) -> None:
-    """Refuse (:class:`DataError`), before any work, to put a data folder where something else is: an
-    existing file, link or data folder is replaced only with ``overwrite``, a folder with other content
-    never; a missing or empty folder is fine."""
-    out = Path(out)
-    if out.is_dir() and not out.is_symlink():
-        if not any(out.iterdir()):
-            return
-        if not (out / MANIFEST).is_file():
-            raise DataError(
-                f"`out` {out} is a folder with other content (no {MANIFEST}), not a data folder; give a new "
-                "or empty folder (`overwrite` replaces only data folders)"
-            )
-        what = "already a data folder"
-    elif out.is_symlink() or out.exists():
-        what = f"{'a link' if out.is_symlink() else 'a file'}, not a data folder"
-    else:
-        return
-    if not overwrite:
-        raise DataError(f"`out` {out} is {what}; give a new folder, or add `overwrite` to replace it")
+def check_new_folder(out: str | Path, overwrite: bool = False, sources: Sequence[str | Path] = ()) -> None:
+    """Refuse, before any work, to put a data folder where something else is
+    (:func:`headprobe.core.outputs.claim`): an existing data folder, file or link is replaced only with
+    ``overwrite``, anything else never, nor one of the ``sources`` or a folder holding one; a missing or
+    empty folder is fine."""
+    claim(out, DATA, inputs=sources, overwrite=overwrite, fix="give a new or empty folder")
 
 
 def prepare(

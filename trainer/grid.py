@@ -46,6 +46,7 @@ from typing import Any
 
 from headprobe.core.atomic import atomic_write_text
 from headprobe.core.cleanup import CLEANUPS
+from headprobe.core.outputs import GRID, claim
 from headprobe.core.paths import read_utf8
 from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, ReportCount, TrainConfig, TrainError, TrainResult
@@ -363,8 +364,11 @@ def run_grid(
     chains = [(seed, member) for seed in (seeds if seeds is not None else plan.seeds) for member in chosen]
     manifest_path = runs / "manifest.json"
     manifest: dict[str, Any] = {"recipe": plan.source, "scale": plan.scale, "profile": profile, "runs": []}
+    claim(runs, GRID, fix="give the grid another `out`")  # a new folder, or this grid's to continue
     if manifest_path.is_file():
         manifest["runs"] = json.loads(manifest_path.read_text()).get("runs", [])
+    elif main:  # the folder is known as a grid from its first run on, even if that run is stopped
+        atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
 
     def _place(entry: dict[str, Any]) -> tuple[int, int, int]:  # chain order, then recipe order; others last
         chain = (entry["seed"], entry["member"])

@@ -71,12 +71,14 @@ class TrainerPlugin:
 
         return dataclasses.asdict(Recipe.load(recipe, profile))
 
-    def export(self, step_folder: Path, out: Path) -> Path:
+    def export(self, step_folder: Path, out: Path, overwrite: bool = False) -> Path:
+        """The step folder ``step_folder`` as a plain checkpoint ``out`` (:func:`trainer.train_state.export_step`:
+        an existing checkpoint there is replaced only with ``overwrite``; nothing else ever is)."""
         from trainer.train_state import export_step
 
         if not (step_folder / "state.json").is_file():
             raise FileNotFoundError(f"{step_folder} is not a step checkpoint (no state.json)")
-        return export_step(step_folder, out)
+        return export_step(step_folder, out, overwrite)
 
     def prepare(
         self,
@@ -92,7 +94,7 @@ class TrainerPlugin:
         from headprobe.text.toy_tokenizer import open_tokenizer
         from trainer.data import prepare
 
-        check_new_folder(out, overwrite)
+        check_new_folder(out, overwrite, sources)
         return prepare(sources, open_tokenizer(tokenizer), out, dtype=dtype, progress=progress)
 
     def synth(

@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from headprobe.core.atomic import atomic_write_text, folder_lock
+from headprobe.core.atomic import atomic_write_text, folder_lock, missing_folders, remove_if_empty
+from headprobe.core.outputs import RUN, claim
 from headprobe.model.answers import answer_loss, exact_share
 from headprobe.model.budget import budget
 from headprobe.model.checkpoint import save_checkpoint
@@ -100,6 +101,11 @@ class Trainer:
             raise TrainError(
                 f"{self.out} already holds step checkpoints ({existing[-1][1].name}); pass `resume` to "
                 "continue that run or choose another `out`"
+            )
+        if not existing and (self.out / "final").is_dir():  # its steps deleted: nothing to continue from
+            raise TrainError(
+                f"{self.out} already holds a finished run (final/) without step checkpoints to continue from; "
+                "training again would replace it: choose another `out`"
             )
         model, tokenizer = model_and_tokenizer(cfg)
         self.model_cfg: ModelConfig = model.cfg
@@ -332,13 +338,16 @@ def train(cfg: TrainConfig, on_step: ReportCount | None = None) -> TrainResult:
         torch.set_num_threads(cfg.threads)
     world = init_world(cfg.device)
     out = Path(cfg.out)
-    fresh = not out.exists()
+    inputs = [p for p in (cfg.init, cfg.config, cfg.data, cfg.curriculum, cfg.tokenizer) if p and Path(p).exists()]
+    claim(out, RUN, inputs=inputs, fix="choose another `out`")  # a new folder, or a training run to resume
+    created = missing_folders(out)
     try:
         with folder_lock(out) if world.is_main else contextlib.nullcontext():  # one run per folder
             return Trainer(cfg, world, on_step if cfg.progress else None).setup().run()
     except BaseException:
-        if fresh and world.is_main and out.is_dir() and not list_steps(out):
+        if created and world.is_main and out.is_dir() and not list_steps(out):
             shutil.rmtree(out, ignore_errors=True)  # a run that failed before its first checkpoint leaves nothing
+            remove_if_empty(created[1:])  # nor the folders made for it
         raise
     finally:
         shutdown()

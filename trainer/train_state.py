@@ -18,6 +18,7 @@ import json
 import random
 import re
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -153,26 +154,23 @@ def load_step(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, 
     return state
 
 
-def export_step(folder: str | Path, out: str | Path) -> Path:
-    """Turn a step folder into a plain checkpoint (no process group needed)."""
+def export_step(folder: str | Path, out: str | Path, overwrite: bool = False) -> Path:
+    """Turn a step folder into a plain checkpoint ``out`` (no process group needed). ``out`` must not be or
+    hold the step folder, and an existing checkpoint there is replaced only with ``overwrite``
+    (:func:`headprobe.core.outputs.claim`); the step folder is only read."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+    from headprobe.core.atomic import make_parent
+    from headprobe.core.outputs import CHECKPOINT, claim
     from headprobe.model.checkpoint import CheckpointError, save_checkpoint
     from headprobe.model.tokenizer import HFTokenizer
     from headprobe.model.transformer import Transformer
     from headprobe.text.toy_tokenizer import open_tokenizer
 
-    folder = Path(folder)
+    folder, out = Path(folder), Path(out)
+    claim(out, CHECKPOINT, inputs=[folder], overwrite=overwrite)
     state = read_state(folder)
     cfg = ModelConfig.from_dict(state["model_config"])
-    tmp = folder / ".export.pt"
-    try:
-        dcp_to_torch_save(str(folder / "dcp"), str(tmp))
-        weights = torch.load(tmp, weights_only=False)["model"]
-    finally:
-        tmp.unlink(missing_ok=True)
-    model = Transformer(cfg)
-    model.load_state_dict(weights)
     tok = state.get("tokenizer", "byte")
     tokenizer = None if tok == "byte" else open_tokenizer(tok)
     want = state.get("tokenizer_sha256")
@@ -184,4 +182,11 @@ def export_step(folder: str | Path, out: str | Path) -> Path:
                 f"{have[:12]} now); the exported checkpoint would carry the wrong one. Restore that tokenizer.json "
                 "at that path, then export again"
             )
+    make_parent(out)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.export-", dir=out.parent) as scratch:
+        tmp = Path(scratch) / "weights.pt"  # beside the output, never inside the step folder it reads
+        dcp_to_torch_save(str(folder / "dcp"), str(tmp))
+        weights = torch.load(tmp, weights_only=False)["model"]
+    model = Transformer(cfg)
+    model.load_state_dict(weights)
     return save_checkpoint(model, out, tokenizer)

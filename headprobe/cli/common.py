@@ -63,11 +63,18 @@ def usage_arguments(args: str) -> str:
 
 
 def command_flags(ctx: typer.Context | None) -> dict[str, str]:
-    """Setting name -> flag of the command ``ctx`` runs (empty without one)."""
+    """Setting name -> how the command ``ctx`` runs takes it: an option's flag (``--max-new-tokens``), an
+    argument's name in capitals (``OUT``); empty without a command."""
     if ctx is None:
         return {}
-    params = ctx.command.params
-    return {p.name: p.opts[0] for p in params if p.name and getattr(p, "param_type_name", "") == "option"}
+    flags = {}
+    for p in ctx.command.params:
+        kind = getattr(p, "param_type_name", "")
+        if p.name and kind == "option":
+            flags[p.name] = p.opts[0]
+        elif p.name and kind == "argument":
+            flags[p.name] = p.name.upper()
+    return flags
 
 
 def say_error(err: Exception | str, ctx: typer.Context | None) -> None:

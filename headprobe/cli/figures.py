@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import check_out_folder, fail, wide_console, words
+from headprobe.cli.common import fail, wide_console, words
 from headprobe.core.errors import HeadprobeError
 
 
@@ -26,11 +26,12 @@ def figures(
     model the retrieval heads, entropy and effective rank by layer, RULER-style scores and ablations; the
     others are listed with what they lack."""
     from figures import SPECS, asked_not_drawn, draw, nothing_drawn
+    from headprobe.cli.show import results_warnings
 
     console = wide_console()
     try:
-        check_out_folder(out)
-        report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
+        with results_warnings():
+            report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
     except (HeadprobeError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     for name, paths in report.drawn.items():
@@ -53,17 +54,24 @@ def report(
         Path, typer.Argument(help="a results folder (what `headprobe study`, `analyze` or `ruler eval` wrote)")
     ],
     out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
+    overwrite: Annotated[
+        bool, typer.Option(help="replace --out when it is a file headprobe did not write (its own page is redone)")
+    ] = False,
 ) -> None:
     """One self-contained HTML page (figures embedded, no network) with every figure and table the results
     allow, the settings that produced them and their caveats."""
     from figures import SPECS, nothing_drawn
     from figures.report import report_page
+    from headprobe.cli.show import results_warnings
     from headprobe.core.atomic import atomic_write_text
+    from headprobe.core.outputs import PAGE, claim
 
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the HTML file to write, e.g. {out / 'report.html'}", ctx)
     try:
-        page = report_page(results, SPECS)
+        claim(out, PAGE, inputs=[results], overwrite=overwrite)
+        with results_warnings():
+            page = report_page(results, SPECS)
     except HeadprobeError as err:
         raise fail(err, ctx) from None
     if not page.shown:

@@ -91,10 +91,13 @@ def _export_command(plugin: Any):
         ctx: typer.Context,
         step_folder: Annotated[Path, typer.Argument(help="a step_XXXXXX folder (any parallelism)")],
         out: Annotated[Path, typer.Argument(help="plain checkpoint folder to write")],
+        overwrite: Annotated[
+            bool, typer.Option(help="replace OUT when it is a checkpoint (never anything else, never the input)")
+        ] = False,
     ) -> None:
         """Turn a (possibly FSDP-sharded) step checkpoint into a plain checkpoint."""
         try:
-            typer.echo(f"wrote {plugin.export(step_folder, out)}")
+            typer.echo(f"wrote {plugin.export(step_folder, out, overwrite)}")
         except plugin.errors as err:
             raise fail(err, ctx) from None
 

@@ -216,6 +216,24 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
 LOCK_FILE = ".headprobe.lock"
 
 
+def missing_folders(path: str | Path) -> list[Path]:
+    """``path`` and each folder above it that does not exist yet, deepest first: what creating ``path``
+    creates (so that :func:`remove_if_empty` can take back exactly that)."""
+    path = Path(path).absolute()
+    return [p for p in (path, *path.parents) if not os.path.lexists(p)]
+
+
+def remove_if_empty(created: list[Path]) -> None:
+    """Remove the folders of ``created`` (:func:`missing_folders`, deepest first) that are empty, up to the
+    first that is not: a refused or failed run leaves no empty folder behind, nor the folders above it."""
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): what lies above it stays too
+            if folder.exists():
+                return
+
+
 class FolderBusy(HeadprobeError, RuntimeError):
     """Another run holds the output folder (:func:`folder_lock`)."""
 
@@ -225,12 +243,13 @@ def folder_lock(out: str | Path) -> Iterator[None]:
     """Hold the output folder ``out`` for one run: an exclusive ``flock`` on ``OUT/.headprobe.lock`` (the
     holder's pid written inside), released when the block ends or the process dies however it dies. A
     second run on the same folder is refused at once, naming the holder, instead of both writing it. A
-    folder this run created and left empty is removed again (a refused or failed run writes nothing), and
-    the lock file goes with the lock (a run starting at that very moment could, in principle, lock the
-    old file: runs are refused, never queued, so the window is that instant). Holding the folder, it
+    folder this run created and left empty is removed again, with the folders above it that it created (a
+    refused or failed run writes nothing: :func:`remove_if_empty`), and the lock file goes with the lock
+    (a run starting at that very moment could, in principle, lock the old file: runs are refused, never
+    queued, so the window is that instant). Holding the folder, it
     removes what a killed run left midway through writing (:func:`sweep_temporaries`)."""
     out = Path(out)
-    created = not out.exists()
+    created = missing_folders(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
@@ -248,8 +267,7 @@ def folder_lock(out: str | Path) -> Iterator[None]:
 
     def release() -> None:
         (out / LOCK_FILE).unlink(missing_ok=True)  # no hidden file stays behind in the results
-        if created and not any(out.iterdir()):
-            out.rmdir()
+        remove_if_empty(created)
 
     CLEANUPS[fd] = release
     try:
