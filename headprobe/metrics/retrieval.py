@@ -214,8 +214,17 @@ def diagnose(samples: pd.DataFrame, needles: str, chat_template: bool) -> str:
         why.append(f"{len(failed) - empty} answered without the needle's words (ROUGE-1 recall <= 0.5)")
     if ran_on:
         why.append(f"{ran_on} ran to the decoding budget without an end token")
-    tries = []
     formats = set(samples["prompt_format"]) if "prompt_format" in samples else {"plain"}
+    examples = "; ".join(repr(r)[:60] for r in failed["response"].head(2))
+    return f"{'; '.join(why)} (e.g. {examples}); try " + ", or ".join(retrieval_tries(formats, needles, chat_template))
+
+
+def retrieval_tries(formats: set[str], needles: str, chat_template: bool) -> list[str]:
+    """What to try when a model answered few needle prompts, only what this model accepts: its chat template
+    where it has one and was not asked in it (``formats``: the prompt formats it was asked in), the code
+    needles for a model without one (headprobe's toys), plain-word needles for an instruct model, shorter
+    lengths."""
+    tries = []
     if chat_template and formats != {"chat"}:
         tries.append("`--prompt-format chat` (the model has a chat template)")
     if needles == "builtin" and not chat_template:
@@ -223,8 +232,7 @@ def diagnose(samples: pd.DataFrame, needles: str, chat_template: bool) -> str:
     if needles == "codes" and chat_template:
         tries.append("`--needles builtin` (questions in plain words) for an instruction-tuned model")
     tries.append("shorter `--lengths` (the model may not retrieve this far)")
-    examples = "; ".join(repr(r)[:60] for r in failed["response"].head(2))
-    return f"{'; '.join(why)} (e.g. {examples}); try " + ", or ".join(tries)
+    return tries
 
 
 def copy_rows(layers: Sequence[LayerInfo], scores: np.ndarray, sample: int) -> pd.DataFrame:
