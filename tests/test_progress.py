@@ -55,3 +55,22 @@ def test_a_report_of_another_total_is_a_new_phase(clock, capsys):
     clock.now += 20
     line.report(13, 20, "")  # 4 in 30 s since it began: 7 more take 52 s
     assert eta_of(capsys.readouterr().err.splitlines()[-1]) == "0m52s"
+
+
+def test_the_bar_on_a_terminal_draws_a_status_column(monkeypatch):
+    """On a terminal ``headprobe train`` (and study, data prepare/synth) ended at once in a KeyError traceback:
+    the bar drew its status column (``info``) before the field existed."""
+    import io
+    import sys
+
+    from headprobe.cli.progress import progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    with progress_bar("train", info=True) as bar:
+        bar.report(1, 4, "loss 1.2345")
+    assert "loss 1.2345" in screen.getvalue() and "1/4" in screen.getvalue()

@@ -20,7 +20,7 @@ class RichProgress:
 
     def __init__(self, bar: Progress, flags: dict[str, str]) -> None:
         self.bar, self.flags = bar, flags
-        self.task = bar.add_task("", total=None, what="")
+        self.task = bar.add_task("", total=None, what="", info="")  # every field a column reads, before it draws
         self.total: int | None = None
 
     def start(self, total: int, description: str = "") -> None:
@@ -153,7 +153,4 @@ def progress_bar(
     if info:
         columns.append(TextColumn("{task.fields[info]}"))
     with Progress(*columns, console=Console(stderr=True), disable=not enabled, transient=False) as bar:
-        progress = RichProgress(bar, command_flags(ctx))
-        if info:
-            bar.update(progress.task, info="")
-        yield progress
+        yield RichProgress(bar, command_flags(ctx))
