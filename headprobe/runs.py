@@ -9,6 +9,8 @@ line draws (rich bars in :mod:`headprobe.cli.progress`); the library itself draw
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
+import hashlib
 import json
 import os
 import platform
@@ -21,15 +23,17 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 import torch
 
-from headprobe.core.atomic import FolderBusy, atomic_write_text, folder_lock
+from headprobe.core.atomic import LOCK_FILE, atomic_write_text, folder_lock
 from headprobe.core.errors import HeadprobeError, SettingError
+from headprobe.core.outputs import RUN_FILE, OutputRefused, claim, job_results
+from headprobe.core.paths import file_sha256
 from headprobe.core.ranks import Ranks
+from headprobe.hooked.gguf import SOURCE_FILE
 from headprobe.hooked.load import model_name
 from headprobe.model.budget import MemoryEstimate
-from headprobe.results import Schema, TableMeta, collect, read_meta, read_table, write_table
+from headprobe.results import Schema, Table, TableMeta, collect, read_meta, read_table, same_path, write_table
 
 T = TypeVar("T")
-RUN_FILE = "run.json"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,7 +119,8 @@ def resume_key(**fields: Any) -> dict[str, Any]:
 def table_meta(
     table: str, model: str | None, checkpoint: str | Path | None, settings: dict[str, Any], **kw
 ) -> TableMeta:
-    """A :class:`TableMeta` with this process's command and library versions."""
+    """A :class:`TableMeta` with this process's command and library versions, and the checkpoint's identity
+    (:func:`checkpoint_identity`)."""
     return TableMeta(
         table=table,
         model=model,
@@ -123,8 +128,83 @@ def table_meta(
         settings=resume_key(**settings),
         command=list(sys.argv),
         versions=versions(),
+        identity={} if checkpoint is None else checkpoint_identity(checkpoint),
         **kw,
     )
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")  # the files a checkpoint folder's weights are in
+
+
+def checkpoint_identity(checkpoint: str | Path) -> dict[str, Any]:
+    """What tells a checkpoint from every other, read without reading a weight (recorded with its results,
+    :attr:`headprobe.results.TableMeta.identity`): ``path``, the checkpoint resolved; ``weights``, a
+    fingerprint of its weight files (a GGUF file itself, or a folder's ``*.safetensors``, ``*.bin``,
+    ``*.pt``, ``*.pth``, ``*.gguf``: each one's name, size in bytes and modification time in ns, hashed), so
+    that a checkpoint retrained or replaced at one path is another; ``modified``, when the newest of them was
+    written (UTC, ISO 8601 to the second). Empty for a path that does not exist."""
+    path = Path(checkpoint)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(f for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+    else:
+        return {}
+    stats = [(f.name, f.stat()) for f in files]
+    listed = json.dumps([(name, st.st_size, st.st_mtime_ns) for name, st in stats])
+    newest = max((st.st_mtime for _, st in stats), default=None)
+    return {
+        "path": str(path.resolve()),
+        "weights": hashlib.sha256(listed.encode()).hexdigest()[:16],
+        "modified": None
+        if newest is None
+        else _dt.datetime.fromtimestamp(newest, _dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _gguf_sha256(path: Path) -> str | None:
+    """The SHA-256 of the GGUF file a checkpoint is, or was converted from (a converted folder's record)."""
+    if path.is_file():
+        return file_sha256(path)
+    try:
+        return json.loads((path / SOURCE_FILE).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def not_of(meta: TableMeta, checkpoint: str | Path | None, name: str) -> str | None:
+    """Why a table's rows are not of the checkpoint at ``checkpoint`` (whose results name is ``name``), as
+    words that follow its model's name (``(another checkpoint, /x/d32/final)``); ``None`` when they are of it.
+
+    They are when the table records this checkpoint's identity (:func:`checkpoint_identity`: the same
+    weights, at this path or moved), or the GGUF file it is or was converted from (by content; a GGUF file
+    and its converted folder are named apart); a table that records no identity (written before headprobe
+    did) is taken by its checkpoint's path, else by its name. Without a ``checkpoint``, by the name alone."""
+    if checkpoint is None:
+        return None if meta.model == name else "(another model)"
+    path, found = Path(checkpoint), meta.identity or {}
+    source = (meta.model_facts or {}).get("source") or {}
+    if source.get("sha256") and source.get("sha256") == _gguf_sha256(path):
+        return None
+    if not found:
+        recorded = meta.checkpoint
+        if recorded and (same_path(recorded, path.resolve()) or Path(recorded).resolve() == path.resolve()):
+            return None
+        return None if meta.model == name else f"(another checkpoint{f', {recorded}' if recorded else ''})"
+    mine = checkpoint_identity(path)
+    if found.get("weights") == mine.get("weights"):
+        return None
+    if same_path(found.get("path", ""), mine.get("path", path.resolve())):
+        return f"(made from {path} as it was on {found.get('modified')}; its weights have changed since)"
+    return f"(another checkpoint, {found.get('path')})"
+
+
+def tables_of(tables: Sequence[Table], checkpoint: str | Path | None, name: str) -> tuple[list[Table], str]:
+    """The ``tables`` whose rows are of the checkpoint at ``checkpoint`` (:func:`not_of`) and, when none is,
+    what the others are of, to name in a refusal (``toy-d32-s0-pt-final (another checkpoint, /x/d32/final)``)."""
+    mine = [t for t in tables if not_of(t.meta, checkpoint, name) is None]
+    others = dict.fromkeys(f"{t.meta.model or t.path} {not_of(t.meta, checkpoint, name)}" for t in tables)
+    return mine, ", ".join(others)
 
 
 def write_results(
@@ -164,26 +244,65 @@ class Parts:
     def write(self, table: Schema, item: str, frame: pd.DataFrame, meta: TableMeta) -> None:
         write_table(self.path(table.table, item), frame, meta, table)
 
-    def differences(self, keys: Sequence[dict[str, Any]], free: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    def differences(
+        self, keys: Sequence[dict[str, Any]], free: Sequence[str], by: str = "metric", own: Sequence[str] = ()
+    ) -> dict[str, tuple[Any, Any]]:
         """What the finished parts were made from that ``keys`` (this run's, one per work item) would change:
         ``{field: (the part's value, this run's)}`` for each field, other than the ``free`` ones (those a
         rerun may vary: the metric, the length ...), in which a part's key differs from this run's key of
-        the same metric (of any metric when this run has none); empty when every part fits this run."""
-        by_metric = {k.get("metric"): k for k in keys}
+        the same ``by`` (the metric; ablate's task), or of any when this run has none of it (then without the
+        fields ``own`` to each, e.g. the needle task's depths); empty when every part fits this run."""
+        by_group = {k.get(by): k for k in keys}
         found: dict[str, tuple[Any, Any]] = {}
         for path in sorted(self.folder.glob("*.parquet")) if keys else []:
             meta = read_meta(path)
             if meta is None or meta.key is None:
                 continue
-            new = by_metric.get(meta.key.get("metric"), keys[0])
-            for name in sorted(set(meta.key) & set(new) - set(free)):
+            same = meta.key.get(by) in by_group
+            new = by_group.get(meta.key.get(by), keys[0])
+            for name in sorted(set(meta.key) & set(new) - set(free) - (set() if same else set(own))):
                 if meta.key[name] != new[name]:
                     found.setdefault(name, (meta.key[name], new[name]))
+        return found
+
+    def keys(self, table: str) -> dict[str, dict[str, Any] | None]:
+        """Every finished part of ``table`` by item (``entropy-512-s0.parquet`` -> ``512-s0``), with its
+        resume key (``None`` for a file without one)."""
+        found = {}
+        for path in sorted(self.folder.glob(f"{table}-*.parquet")):
+            meta = read_meta(path)
+            found[path.stem[len(table) + 1 :]] = None if meta is None else meta.key
         return found
 
     def gather(self, table: str, items: Sequence[str]) -> pd.DataFrame:
         """The parts of ``items`` in order, concatenated."""
         return pd.concat([read_table(self.path(table, i)).frame for i in items], ignore_index=True)
+
+
+def check_parts(
+    parts: Parts,
+    keys: Sequence[dict[str, Any]],
+    folder: Path,
+    free: Sequence[str],
+    by: str = "metric",
+    own: Sequence[str] = (),
+) -> None:
+    """Refuse, before any work, a model's results folder whose finished parts were made from another
+    checkpoint or with other settings than this run's ``keys`` would (:meth:`Parts.differences`): a rerun
+    adds what the ``free`` fields vary (metrics, lengths, head sets ...) to a folder, and never replaces one
+    model's results by another's, or mixes settings."""
+    found = parts.differences(keys, free, by, own)
+    if "checkpoint" in found:
+        raise OutputRefused(
+            f"{folder} holds the results of another checkpoint ({found['checkpoint'][0]}); give another `out`, "
+            f"or delete {folder} to start over"
+        )
+    if found:
+        changes = "; ".join(f"`{k}` {old!r} there, {new!r} now" for k, (old, new) in found.items())
+        raise OutputRefused(
+            f"{folder} holds results made with other settings ({changes}); rerun with the same settings, give "
+            f"another `out`, or delete {folder} to start over"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,26 +362,34 @@ def run_each(
     return report
 
 
-class FolderOfAnotherCommand(FolderBusy):
-    """The output folder holds another command's run (its ``run.json`` names another job)."""
+def mark_folder(out: Path, job: str, record: dict[str, Any] | None = None) -> None:
+    """Claim ``out`` for ``job`` (:func:`headprobe.core.outputs.claim`: a new or empty folder, or ``job``'s
+    own results) and, when it has no record yet, write ``OUT/run.json`` naming the job (with ``record``), so
+    that the folder is known as ``job``'s from its first step on (a study's training comes first)."""
+    claim(out, job_results(job), fix=f"give `headprobe {job}` another `out`")
+    if not (Path(out) / RUN_FILE).is_file():
+        atomic_write_text(Path(out) / RUN_FILE, json.dumps({"job": job, **(record or {})}, indent=2) + "\n")
 
 
 @contextlib.contextmanager
-def job_folder(out: Path, job: str) -> Iterator[None]:
-    """Hold ``out`` for one run of ``job`` (:func:`folder_lock`), refusing a folder whose run record
-    (``OUT/run.json``) is another command's: each command's results and record stay its own."""
+def job_folder(out: Path, job: str, inputs: Sequence[str | Path] = ()) -> Iterator[None]:
+    """Hold ``out`` for one run of ``job`` (:func:`folder_lock`) once :func:`headprobe.core.outputs.claim`
+    allows it: a new or empty folder, or ``job``'s own results; never another command's results, a
+    checkpoint, a training run or other files, and never one of the ``inputs`` or a folder around or
+    inside one. A new folder's record (``OUT/run.json``, naming the job) is written at once, so that an
+    interrupted first run is known as ``job``'s on the rerun, and taken back when the run wrote nothing."""
+    claim(out, job_results(job), inputs=inputs, fix=f"give `headprobe {job}` another `out`")
     with folder_lock(out):
-        record = Path(out) / RUN_FILE
-        if record.is_file():
-            try:
-                other = json.loads(record.read_text(encoding="utf-8")).get("job")
-            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-                other = "an unknown command"
-            if other != job:
-                raise FolderOfAnotherCommand(
-                    f"{out} holds the results of `headprobe {other}` ({record}); give `headprobe {job}` another `out`"
-                )
-        yield
+        record, marker = Path(out) / RUN_FILE, json.dumps({"job": job}, indent=2) + "\n"
+        marked = not record.exists()
+        if marked:
+            atomic_write_text(record, marker)
+        try:
+            yield
+        finally:
+            alone = not any(p.name not in (RUN_FILE, LOCK_FILE) for p in Path(out).iterdir())
+            if marked and alone and record.read_text(encoding="utf-8") == marker:
+                record.unlink()  # a refused or failed run writes nothing
 
 
 def run_models(
@@ -272,15 +399,17 @@ def run_models(
     progress: Progress,
     record: tuple[str, dict[str, Any]],
     ranks: Ranks | None = None,
+    adds: Sequence[str] = (),
 ) -> RunReport[T]:
     """``job(path, folder, name)`` for every checkpoint, each writing into ``out/<name>/`` (however many
     there are, so that adding a checkpoint to a run never moves the results already there). One
     checkpoint's failure is the run's; of several, a failure is recorded and the others run. ``record`` is
-    the job's name and settings for ``OUT/run.json`` (written when anything succeeded). The run holds
-    ``out`` (:func:`folder_lock`) throughout; with ``ranks`` of several processes, the first holds it and
+    the job's name and settings for ``OUT/run.json`` (:func:`write_run_record`, when anything succeeded;
+    ``adds``: the list settings a rerun adds to, e.g. analyze's ``metrics`` and ``lengths``). The run holds
+    ``out`` (:func:`job_folder`) throughout; with ``ranks`` of several processes, the first holds it and
     writes the record."""
     names, ranks = unique_names(checkpoints), ranks or Ranks()
-    with ranks.held_by_main(job_folder(out, record[0])):
+    with ranks.held_by_main(job_folder(out, record[0], checkpoints)):
         if len(checkpoints) == 1:
             report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
             report.results[names[0]] = job(Path(checkpoints[0]), out / names[0], names[0])
@@ -288,21 +417,62 @@ def run_models(
             report = run_each(checkpoints, lambda path, name: job(path, out / name, name), progress, out)
         report.primary = ranks.is_main
         if report.results and ranks.is_main:
-            write_run_record(out, record[0], record[1], report)
+            write_run_record(out, record[0], record[1], report, adds)
     return report
 
 
-def write_run_record(out: Path, job: str, settings: dict[str, Any], report: RunReport[Any]) -> None:
-    """``OUT/run.json``: the job, its settings, command, versions, checkpoints and failures."""
-    record = {
-        "job": job,
+def merged_settings(earlier: dict[str, Any], now: dict[str, Any], adds: Sequence[str]) -> dict[str, Any]:
+    """The settings of a folder that two runs wrote: ``now``'s, with each field of ``adds`` holding
+    ``earlier``'s items and then ``now``'s new ones (a rerun that asked for fewer lengths keeps the others;
+    a single value, e.g. shortctx's ``task``, becomes the list of the values the runs gave)."""
+    merged = dict(now)
+    for name in adds:
+        if name not in earlier:
+            continue
+        old, new = earlier[name], now.get(name)
+        if not isinstance(new, list):
+            old, new = (old if isinstance(old, list) else [old]), [new]
+        items: dict[str, Any] = {}
+        for item in [*(old or []), *new]:
+            items.setdefault(json.dumps(item, sort_keys=True), item)
+        merged[name] = list(items.values()) if len(items) > 1 or isinstance(now.get(name), list) else new[0]
+    return merged
+
+
+def write_run_record(
+    out: Path, job: str, settings: dict[str, Any], report: RunReport[Any], adds: Sequence[str] = ()
+) -> None:
+    """``OUT/run.json``: what the folder holds, however many runs wrote it. ``settings``: this run's, merged
+    with the earlier runs' (:func:`merged_settings`: each list of ``adds`` keeps what earlier runs added);
+    ``checkpoints``: every checkpoint any run measured there, by name; ``errors``: the failures among them
+    (a checkpoint's last: one that succeeded since has none); ``command`` and ``versions``: the last run's;
+    ``runs``: every run's own command, settings, versions, checkpoints and failures, oldest first."""
+    path = out / RUN_FILE
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        earlier = {}
+    earlier = earlier if isinstance(earlier, dict) and earlier.get("job") == job else {}
+    now = resume_key(**settings)
+    run = {
         "command": list(sys.argv),
-        "settings": resume_key(**settings),
+        "settings": now,
         "versions": versions(),
         "checkpoints": report.checkpoints,
         "errors": report.errors,
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    atomic_write_text(out / RUN_FILE, json.dumps(record, indent=2) + "\n")
+    errors = {k: v for k, v in earlier.get("errors", {}).items() if k not in report.results} | report.errors
+    record = {
+        "job": job,
+        "command": run["command"],
+        "settings": merged_settings(earlier.get("settings", {}), now, adds),
+        "versions": run["versions"],
+        "checkpoints": {**earlier.get("checkpoints", {}), **report.checkpoints},
+        "errors": errors,
+        "runs": [*earlier.get("runs", []), run],
+    }
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------

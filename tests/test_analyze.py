@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 import headprobe.analysis.items as items_mod
 import headprobe.metrics.registry as metrics_mod
-from headprobe.analysis import AnalysisError, AnalyzeSettings, analyze, statistic
+from headprobe.analysis import AnalyzeSettings, analyze, statistic
 from headprobe.cli import app
+from headprobe.core.outputs import OutputRefused
 from headprobe.hooked import load_model
 from headprobe.metrics import Rows
 from headprobe.model.checkpoint import load_checkpoint, save_checkpoint
@@ -109,7 +110,7 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
     # other settings would replace the results: refused, naming the setting, before any work
     for change, says in ((dict(rows="last:8"), "`rows` 'all' there, 'last:8' now"),
                          (dict(dtype="float64"), "`dtype` None there, 'float64' now")):  # fmt: skip
-        with pytest.raises(AnalysisError, match="holds results made with other settings") as refused:
+        with pytest.raises(OutputRefused, match="holds results made with other settings") as refused:
             analyze([ours], tmp_path, settings(metrics=["entropy"], **change))
         assert says in str(refused.value)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)

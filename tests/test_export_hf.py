@@ -262,11 +262,14 @@ def test_bad_inputs_are_refused_before_any_work(tmp_path):
     res = export(step, tmp_path / "a")
     assert res.exit_code == 2 and f"headprobe train export {step} CKPT" in res.output and not (tmp_path / "a").exists()
     res = export(tmp_path / "missing", tmp_path / "a")
+    assert res.exit_code == 2 and "missing does not exist; give a headprobe checkpoint folder" in res.output
+    (tmp_path / "empty").mkdir()
+    res = export(tmp_path / "empty", tmp_path / "a")
     assert res.exit_code == 2 and "config.json is missing" in res.output
     assert export(tmp_path / "ckpt", tmp_path / "out").exit_code == 0
     before = (tmp_path / "out" / "model.safetensors").read_bytes()
     res = export(tmp_path / "ckpt", tmp_path / "out")
-    assert res.exit_code == 2 and "exists; give another OUT, or --overwrite to replace it" in res.output
+    assert res.exit_code == 2 and "exists (a Hugging Face model folder); give another OUT, or add --overwrite" in res.output
     assert export(tmp_path / "ckpt", tmp_path / "out", "--overwrite").exit_code == 0
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == before
     (tmp_path / "broken").mkdir()

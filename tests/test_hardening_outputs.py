@@ -287,3 +287,34 @@ def test_data_prepare_never_writes_over_its_source(tmp_path):
     source.write_text("some text " * 50)
     refused(invoke("data", "prepare", source, "--out", source, "--overwrite"), "is the input")
     assert source.read_text() == "some text " * 50
+
+
+def test_a_ruler_rerun_with_fewer_tasks_is_refused_not_shrunk(tiny, tmp_path):
+    out = tmp_path / "out"
+    both = ("--tasks", "niah_single_1,niah_single_2", "--lengths", "600,700", "--samples", "1")
+    assert invoke("ruler", "eval", tiny, "--out", out, "--no-progress", *both).exit_code == 0
+    before = snapshot(out)
+    res = invoke("ruler", "eval", tiny, "--out", out, "--no-progress", "--tasks", "niah_single_1", "--lengths", "600",
+                 "--samples", "1")  # fmt: skip
+    refused(res, "holds predictions made with other settings", "--lengths 600,700 there, 600 now",
+            "--tasks niah_single_1,niah_single_2 there, niah_single_1 now", "another --out")  # fmt: skip
+    assert snapshot(out) == before
+    res = invoke("ruler", "eval", tiny, "--out", out, "--no-progress", *both)  # the same settings resume
+    assert res.exit_code == 0 and "niah_single_2 @ 700: done earlier, skipped" in res.output
+
+
+def test_a_shortctx_rerun_with_another_task_adds_it(tiny, tmp_path):
+    out = tmp_path / "out"
+    assert invoke("shortctx", "eval", tiny, "--out", out, "--no-progress", "--limit", "5").exit_code == 0
+    first = pd.read_parquet(out / "tiny" / "shortctx_items.parquet")
+    arc = tmp_path / "arc.jsonl"
+    arc.write_text(json.dumps({"question": {"stem": "q?", "choices": [{"text": "a", "label": "A"},
+                   {"text": "b", "label": "B"}]}, "answerKey": "A"}) + "\n")  # fmt: skip
+    res = invoke("shortctx", "eval", tiny, "--out", out, "--no-progress", "--task", "arc", "--file", arc)
+    assert res.exit_code == 0, res.output
+    items = pd.read_parquet(out / "tiny" / "shortctx_items.parquet")
+    assert sorted(items["task"].unique()) == ["arc", "builtin"] and (items["task"] == "arc").sum() == 1
+    pd.testing.assert_frame_equal(items[items["task"] == "builtin"].reset_index(drop=True), first)
+    assert json.loads((out / "run.json").read_text())["settings"]["task"] == ["builtin", "arc"]
+    res = invoke("shortctx", "eval", tiny, "--out", out, "--no-progress", "--limit", "6")
+    refused(res, "holds results made with other settings", "--limit 5 there, 6 now")

@@ -32,7 +32,9 @@ from headprobe.ablation.settings import (
     AblateSettings,
     Condition,
     Ranking,
+    check_tops,
     conditions,
+    parse_spec,
     ranked_heads,
 )
 from headprobe.evals.ruler.evaluate import decode_batch_size
@@ -42,12 +44,14 @@ from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.hooked.ablation import AblationMode, Head, check_heads
 from headprobe.metrics.retrieval import answer_stops, rouge1_recall
+from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import Column, Schema
 from headprobe.runs import (
     Parts,
     Progress,
     RunReport,
     Silent,
+    check_parts,
     checkpoint_name,
     resume_key,
     run_models,
@@ -186,11 +190,19 @@ def ablate_checkpoint(
     ``from_results``."""
     if ranking is not None and ranking.model != name:
         progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
+    for k in sorted({int(k) for kind, k in map(parse_spec, s.heads) if kind == "top"}):  # type: ignore[call-overload]
+        if ranking is not None and (weak := ranking.below_threshold(k)):
+            progress.log(
+                f"{name}: top:{k} holds {weak} heads scoring below the retrieval-head threshold "
+                f"{RETRIEVAL_THRESHOLD} (only {len(ranking.retrieval_heads)} of its heads are retrieval heads)"
+            )
     warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
     if warning:
         progress.log(f"{name}: {warning}")
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     every = [Head(info.index, h) for info in model.layers for h in range(info.n_heads)]
+    if ranking is not None:  # a table of another model's shape is refused before any head is chosen from it
+        ranking.check_fits(model.layers, name, path)
     runs = conditions(s, every, ranking)
     for c in runs:  # heads the model lacks (named ones, or a table of another model) fail before any decoding
         check_heads(c.heads, model.layers, name)
@@ -208,6 +220,8 @@ def ablate_checkpoint(
     parts = Parts(folder)
     batch = {n: decode_batch_size(model, n, memory) for n in s.lengths}
     items = [(c, task, length) for c in dict.fromkeys(runs) for (task, length) in prompts]  # a set named twice: once
+    keys = [item_key(s, path, model, wrapper, c, task, length) for c, task, length in items]
+    check_parts(parts, keys, folder, FREE, by="task", own=("depths",))  # a rerun adds conditions, never mixes
     progress.start(sum(len(prompts[t, n]) for _, t, n in items), name)
     names = []
     for c, task, length in items:
@@ -222,10 +236,38 @@ def ablate_checkpoint(
         frame = sample_rows(c, prompts[task, length], answers).assign(model=name)
         meta = table_meta(ABLATION_SAMPLES.table, name, path, s.to_dict(), key=key)
         parts.write(ABLATION_SAMPLES, item, frame, meta)
+    held = parts.keys(ABLATION_SAMPLES.table)  # this run's items, and those earlier runs added to the folder
+    names += sorted(item for item in held if item not in names and held[item] is not None)
     samples = parts.gather(ABLATION_SAMPLES.table, names)
     table = accuracy_table(samples)
-    write_results(folder, name, path, s.to_dict(), [(ABLATION_SAMPLES, samples), (ABLATION, table)], model.facts())
+    settings = held_settings(s, [k for k in (held[item] for item in names) if k is not None])
+    write_results(folder, name, path, settings, [(ABLATION_SAMPLES, samples), (ABLATION, table)], model.facts())
     return table
+
+
+FREE = ("condition", "task", "length")  # what a rerun into a folder adds to: the items (other settings must stay)
+ADDS = ("heads", "modes", "seeds", "tasks", "lengths")  # the settings those items come from
+
+
+def held_settings(s: AblateSettings, keys: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The settings that describe a model's folder: this run's, with the head sets, modes, seeds, tasks and
+    lengths of every item it holds (``keys``: their resume keys), whichever run added them."""
+    sets, modes, seeds = {}, {}, {}
+    for key in keys:
+        c = key["condition"]
+        if c["condition"] == "baseline":
+            continue
+        spec = c["heads"] if c["condition"] == "heads" else f"{c['condition']}:{c['n_heads']}"
+        sets[spec] = modes[c["mode"]] = None
+        if c["condition"] == "random":
+            seeds[c["seed"]] = None
+    return s.to_dict() | {
+        "heads": list(sets),
+        "modes": list(modes),
+        "seeds": sorted(seeds) if seeds else s.seeds,
+        "tasks": list(dict.fromkeys(k["task"] for k in keys)),
+        "lengths": sorted({k["length"] for k in keys}),
+    }
 
 
 def item_key(
@@ -257,10 +299,12 @@ def ablate(
     rankings: dict[str, Ranking | None] = {}
     for path in checkpoints:  # a missing or unusable retrieval table is refused before any model loads
         check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
-        rankings[str(path)] = ranked_heads(s.from_results, checkpoint_name(path)) if s.from_results else None
+        ranking = ranked_heads(s.from_results, path, checkpoint_name(path)) if s.from_results else None
+        check_tops(s, ranking)
+        rankings[str(path)] = ranking
     progress = progress or Silent()
 
     def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
         return ablate_checkpoint(path, name, folder, s, rankings[str(path)], device, progress, memory_limit)
 
-    return run_models(checkpoints, Path(out), job, progress, ("ablate", s.to_dict()))
+    return run_models(checkpoints, Path(out), job, progress, ("ablate", s.to_dict()), adds=ADDS)

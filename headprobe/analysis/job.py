@@ -45,6 +45,7 @@ from headprobe.runs import (
     Progress,
     RunReport,
     Silent,
+    check_parts,
     done_earlier,
     require_fits,
     run_models,
@@ -53,6 +54,7 @@ from headprobe.runs import (
 )
 from headprobe.text.needles import needle_prompt, needle_set
 
+ADDS = ("metrics", "lengths")  # what a rerun into a folder adds to (other settings must stay: check_parts)
 MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`"
 
 
@@ -74,22 +76,12 @@ def check_inputs(model: HookedModel, name: str, s: AnalyzeSettings, budget: Memo
         require_fits(f"{name} at {length:,} tokens", estimate, budget, MEMORY_FIX)
 
 
-def check_parts(parts: Parts, keys: list[dict[str, Any]], folder: Path) -> None:
+def check_folder(parts: Parts, keys: list[dict[str, Any]], folder: Path) -> None:
     """Refuse, before the model loads, a results folder whose finished parts were made from another
-    checkpoint or with other settings: a rerun adds metrics, lengths or a metric's new revision to a
-    folder, and never replaces one model's results by another's, or mixes settings."""
-    found = parts.differences(keys, free=("metric", "revision", "length", "prompt_start"))
-    if "checkpoint" in found:
-        raise AnalysisError(
-            f"{folder} holds the results of another checkpoint ({found['checkpoint'][0]}); give another `out`, "
-            f"or delete {folder} to start over"
-        )
-    if found:
-        changes = "; ".join(f"`{k}` {old!r} there, {new!r} now" for k, (old, new) in found.items())
-        raise AnalysisError(
-            f"{folder} holds results made with other settings ({changes}); rerun with the same settings, give "
-            f"another `out`, or delete {folder} to start over"
-        )
+    checkpoint or with other settings (:func:`headprobe.runs.check_parts`): a rerun adds metrics, lengths or
+    a metric's new revision to a folder, and never replaces one model's results by another's, or mixes
+    settings."""
+    check_parts(parts, keys, folder, free=("metric", "revision", "length", "prompt_start"))
 
 
 @dataclass(frozen=True)
@@ -193,7 +185,7 @@ def analyze_checkpoint(
     if warning:
         progress.log(f"{name}: {warning}")
     parts, metrics = Parts(folder), s.chosen()
-    check_parts(parts, [s.key(m, n, path, []) for m in metrics for n in s.lengths], folder)
+    check_folder(parts, [s.key(m, n, path, []) for m in metrics for n in s.lengths], folder)
     model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
     check_inputs(model, name, s, MemoryBudget.of(device, memory_limit))
     keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
@@ -239,32 +231,108 @@ def analyze_checkpoint(
     if not ranks.is_main:
         return pd.DataFrame()
     progress.advance(ranks.others([len(item.units()) for item in plan]))
-    tables = gather_tables(parts, s, metrics)
-    summary = summarize(name, tables, metrics)
-    schemas = [schema for m in metrics for schema in m.tables]
+    held = held_lengths(parts, s, keys)
+    for m, stale in stale_lengths(parts, s, held).items():
+        progress.log(
+            f"{name} {m.name} @ {', '.join(map(str, stale))}: made by an earlier revision of the metric, left out of "
+            f"the tables; rerun with --metrics {m.name} --lengths {','.join(map(str, stale))} to redo it"
+        )
+    tables = gather_tables(parts, s, held)
+    summary = summarize(name, tables, list(held))
+    schemas = [schema for m in held for schema in m.tables]
     write_results(
         folder,
         name,
         path,
-        s.to_dict(),
+        folder_settings(s, held, parts),
         [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)],
         facts=model.facts(),
     )
     return summary
 
 
-def gather_tables(parts: Parts, s: AnalyzeSettings, metrics: list[Metric]) -> dict[str, pd.DataFrame]:
-    """Every table of ``metrics`` from the finished parts: lengths in order, samples in order within each;
-    a decode metric's other tables combined from its per-sample ones, length by length."""
+def _unit_names(m: Metric, s: AnalyzeSettings, length: int) -> list[str]:
+    """The parts of ``m`` at ``length``: one per sample, or one for the length when pooled."""
+    pooled = isinstance(m, PassMetric) and m.pooled
+    return [part_name(length, None if pooled else i) for i in range(_units(m, s))]
+
+
+def _finished_lengths(parts: Parts, m: Metric, s: AnalyzeSettings) -> dict[int, dict[str, Any]]:
+    """The lengths at which every part of ``m`` is finished with one key, and that key."""
+    table = part_tables(m)[0].table
+    found = parts.keys(table)
+    lengths = sorted({int(item.split("-")[0]) for item in found if item.split("-")[0].isdigit()})
+    out = {}
+    for n in lengths:
+        keys = [found.get(unit) for unit in _unit_names(m, s, n)]
+        others = [parts.keys(t.table) for t in part_tables(m)[1:]]
+        if (
+            keys[0] is not None
+            and all(k == keys[0] for k in keys)
+            and all(o.get(unit) == keys[0] for o in others for unit in _unit_names(m, s, n))
+        ):
+            out[n] = keys[0]
+    return out
+
+
+def held_lengths(
+    parts: Parts, s: AnalyzeSettings, keys: dict[tuple[str, int], dict[str, Any]]
+) -> dict[Metric, list[int]]:
+    """What the folder's tables describe: per metric (in the registry's order), the lengths (ascending) at which
+    every part is finished with this revision of the metric. That is this run's metrics and lengths (just
+    finished) and those of earlier runs into the folder: a rerun that asks for less adds to the tables,
+    never drops what is there (:func:`check_parts` made sure that every part has this run's settings)."""
+    from headprobe.metrics import METRICS
+
+    held: dict[Metric, list[int]] = {}
+    for m in METRICS.values():
+        finished = _finished_lengths(parts, m, s)
+        lengths = sorted(
+            n for n, key in finished.items()
+            if key == keys.get((m.name, n)) or ((m.name, n) not in keys and key.get("revision") == m.revision)
+        )  # fmt: skip
+        if lengths:
+            held[m] = lengths
+    return held
+
+
+def stale_lengths(parts: Parts, s: AnalyzeSettings, held: dict[Metric, list[int]]) -> dict[Metric, list[int]]:
+    """Per metric, the finished lengths left out of the tables: made by an earlier revision of the metric."""
+    from headprobe.metrics import METRICS
+
+    stale = {m: sorted(set(_finished_lengths(parts, m, s)) - set(held.get(m, []))) for m in METRICS.values()}
+    return {m: lengths for m, lengths in stale.items() if lengths}
+
+
+def folder_settings(s: AnalyzeSettings, held: dict[Metric, list[int]], parts: Parts) -> dict[str, Any]:
+    """The settings that describe a model's folder: this run's, with ``metrics`` and ``lengths`` those the
+    folder holds (:func:`held_lengths`) and, for a metric only an earlier run computed, its own settings
+    (its needles, say) as that run recorded them."""
+    settings = s.to_dict() | {
+        "metrics": [m.name for m in held],
+        "lengths": sorted({n for lengths in held.values() for n in lengths}),
+    }
+    for m in held:
+        if m.name in s.metrics:
+            continue
+        earlier = parts.keys(part_tables(m)[0].table)
+        key = next((k for k in earlier.values() if k), {})
+        settings |= {name: key[name] for name in m.settings if name in key}
+    return settings
+
+
+def gather_tables(parts: Parts, s: AnalyzeSettings, held: dict[Metric, list[int]]) -> dict[str, pd.DataFrame]:
+    """Every table of the ``held`` metrics at their lengths from the finished parts: lengths in order, samples
+    in order within each; a decode metric's other tables combined from its per-sample ones, length by length."""
     tables: dict[str, pd.DataFrame] = {}
-    for m in metrics:
+    for m, lengths in held.items():
         if isinstance(m, PassMetric):
-            names = [part_name(n, None if m.pooled else i) for n in s.lengths for i in range(_units(m, s))]
+            names = [unit for n in lengths for unit in _unit_names(m, s, n)]
             tables[m.tables[0].table] = parts.gather(m.tables[0].table, names)
             continue
         by_length = []
-        for n in s.lengths:
-            frames = {t.table: parts.gather(t.table, [part_name(n, i) for i in range(s.samples)]) for t in m.per_sample}
+        for n in lengths:
+            frames = {t.table: parts.gather(t.table, _unit_names(m, s, n)) for t in m.per_sample}
             by_length.append(items.combine(m, n, frames))
         for t in m.tables:
             tables[t.table] = pd.concat([f[t.table] for f in by_length], ignore_index=True)
@@ -301,4 +369,4 @@ def analyze(
         # (the bar of a run with a failure does not end full as if they had been done)
         return analyze_checkpoint(path, name, folder, settings, device, memory_limit, progress, ranks)
 
-    return run_models(checkpoints, out, job, progress, ("analyze", settings.to_dict()), ranks)
+    return run_models(checkpoints, out, job, progress, ("analyze", settings.to_dict()), ranks, adds=ADDS)

@@ -24,7 +24,7 @@ from headprobe.cli.common import (
     with_settings,
 )
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import PROMPT_FORMAT_HELP
+from headprobe.core.settings import MODELS_HELP, PROMPT_FORMAT_HELP
 from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, LENGTHS_HELP, RulerSettings
 from headprobe.evals.ruler.tasks import TASKS_HELP
 
@@ -40,7 +40,13 @@ def ruler_generate(
         "4096"
     ),
     samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
-    tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json (the evaluated model's)")] = "byte",
+    tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="byte, a tokenizer.json, or the evaluated model: its folder or .gguf file (its tokenizer and chat "
+            "template)"
+        ),
+    ] = "byte",
     seed: int = 42,
     haystack_files: Annotated[
         list[Path] | None, typer.Option("--haystack-file", help="text files for the essay haystack")
@@ -58,6 +64,7 @@ def ruler_generate(
     prompt does not fit a length is skipped there, with a warning, and the samples of that length record it
     (``skipped_tasks``) for ``ruler eval``."""
     from headprobe.core.atomic import atomic_write_text
+    from headprobe.core.outputs import SAMPLES, claim
     from headprobe.evals.ruler import RulerGenerator, resolve_tasks
     from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
     from headprobe.model.tokenizer import load_tokenizer
@@ -67,15 +74,19 @@ def ruler_generate(
     counts = token_counts(lengths)
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
-    if out.exists() and not overwrite:
-        raise fail(f"--out {out} exists; give another file, or --overwrite to replace it", ctx)
+    inputs = [p for p in (tokenizer, *(haystack_files or []), *(qa_files or [])) if Path(p).exists()]
+    try:
+        claim(out, SAMPLES, inputs=inputs, overwrite=overwrite)  # never an input; a file only with --overwrite
+    except HeadprobeError as err:
+        raise fail(err, ctx) from None
     if not out.parent.is_dir():
         raise fail(f"--out {out}: the folder {out.parent} does not exist; create it or give another path", ctx)
     try:
-        tok = load_tokenizer(tokenizer)
-        folder = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
+        source = _tokenizer_files(tokenizer)
+        tok = load_tokenizer(source or tokenizer)
+        folder = None if source is None else source if source.is_dir() else source.parent
         qa = qa_file_kinds([str(f) for f in qa_files or []])
-        wrapper = resolve_wrapper(prompt_format, folder if tokenizer != "byte" else None)
+        wrapper = resolve_wrapper(prompt_format, folder)
         files = haystack_files or None
         gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
         rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
@@ -87,11 +98,22 @@ def ruler_generate(
     typer.echo(f"{out}: {len(rows)} samples")
 
 
+def _tokenizer_files(tokenizer: str) -> Path | None:
+    """Where ``ruler generate --tokenizer`` finds the tokenizer and chat template: ``None`` for ``byte``, a
+    GGUF file's converted folder (converted now if it was not), any other path as it is."""
+    from headprobe.hooked import ModelLoadError, model_files
+
+    if tokenizer == "byte":
+        return None
+    try:
+        return model_files(tokenizer, log=typer.echo)
+    except ModelLoadError as err:
+        raise ModelLoadError(f"`tokenizer`: {err}") from None
+
+
 def ruler_eval(
     ctx: typer.Context,
-    checkpoints: Annotated[
-        list[Path], typer.Argument(help="our checkpoints or local Hugging Face models (several: one folder each)")
-    ],
+    checkpoints: Annotated[list[Path], typer.Argument(help=MODELS_HELP)],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ruler"),
     device: str = "cpu",
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,

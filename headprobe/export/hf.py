@@ -30,7 +30,8 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.paths import file_sha256
+from headprobe.core.outputs import HF_MODEL, claim
+from headprobe.core.paths import file_sha256, is_gguf, not_a
 from headprobe.model.checkpoint import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, load_checkpoint
 from headprobe.model.config import LayerType, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
@@ -97,8 +98,18 @@ def hf_config(cfg: ModelConfig, tokenizer: ByteTokenizer | HFTokenizer) -> dict[
 
 
 def check_exportable(checkpoint: Path, out: Path, overwrite: bool) -> None:
-    """Refuse, before anything loads, a training step folder, a missing checkpoint, and an existing ``out``
-    without ``overwrite``."""
+    """Refuse, before anything loads, a training step folder, a missing checkpoint, and an ``out`` that is or
+    holds the checkpoint, lies inside it, holds anything but a Hugging Face model folder, or is one and
+    ``overwrite`` was not given (:func:`headprobe.core.outputs.claim`)."""
+    if is_gguf(checkpoint) and checkpoint.is_file():
+        raise ExportError(
+            f"{checkpoint} is a GGUF file, not a headprobe checkpoint: `export hf` writes headprobe's own checkpoints "
+            "as Hugging Face folders. Every command that reads a model takes the GGUF file as it is; for a Hugging "
+            "Face folder of it, copy the one they convert it into on first use, "
+            "$HEADPROBE_CACHE/gguf/<SHA-256 of the file>/ (default ~/.cache/headprobe; docs/real-models.md)"
+        )
+    if why := not_a(checkpoint, "folder"):
+        raise ExportError(f"checkpoint {checkpoint} {why}; give a headprobe checkpoint folder")
     if (checkpoint / "state.json").is_file() and (checkpoint / "dcp").is_dir():
         raise ExportError(
             f"{checkpoint} is a training step folder (state.json, dcp/), not a checkpoint; turn it into one "
@@ -112,10 +123,7 @@ def check_exportable(checkpoint: Path, out: Path, overwrite: bool) -> None:
         raise ExportError(f"{checkpoint / CONFIG_FILE} is not valid JSON ({err}); restore the checkpoint's") from None
     if isinstance(config, dict) and "model_type" in config:
         raise ExportError(f"{checkpoint} is already a Hugging Face model folder (its config.json has a model_type)")
-    if out.exists() and not overwrite:
-        raise ExportError(f"{out} exists; give another OUT, or `overwrite` to replace it")
-    if out.resolve() == checkpoint.resolve() or checkpoint.resolve() in out.resolve().parents:
-        raise ExportError(f"OUT {out} is inside the checkpoint {checkpoint}; give a folder outside it")
+    claim(out, HF_MODEL, inputs=[checkpoint], overwrite=overwrite)  # never the checkpoint, nor what holds it
 
 
 def export_hf(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> Path:

@@ -34,7 +34,16 @@ from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
 from headprobe.model.answers import exact_answers
 from headprobe.model.checkpoint import load_checkpoint
 from headprobe.results import Schema, read_table, table_path, write_table
-from headprobe.runs import Parts, Progress, RunReport, Silent, checkpoint_name, resume_key, table_meta
+from headprobe.runs import (
+    Parts,
+    Progress,
+    RunReport,
+    Silent,
+    checkpoint_name,
+    mark_folder,
+    resume_key,
+    table_meta,
+)
 from headprobe.study.settings import StudyError, StudySettings
 from headprobe.study.tables import (
     SCHEMAS,
@@ -222,6 +231,7 @@ def measure(
     report = StudyReport(out)
     if not manifest.get("runs"):
         raise StudyError("the grid's manifest lists no finished run: train the grid first")
+    mark_folder(out, "study", record)
     runs = _runs(manifest)
     errors = report.errors
     tables = {STUDY_RUNS.table: runs[[*WHO, "stage", "freeze", "steps", "tokens", "final_loss"]]}
@@ -270,6 +280,7 @@ def run_study(
     then :func:`measure` every finished run."""
     out, settings = Path(out), settings or StudySettings()
     settings.validate()
+    mark_folder(out, "study", record)  # before training: no other command's folder, known as a study at once
     manifest = train_grid(out / "runs")
     if manifest.get("interrupted") or not manifest["runs"]:
         return StudyReport(out, interrupted=bool(manifest.get("interrupted")))

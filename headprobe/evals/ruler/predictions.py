@@ -16,6 +16,14 @@ from headprobe.evals.ruler.settings import RulerError
 CLAIM = "run.json"
 
 
+def _shown(value: Any) -> str:
+    """A key's value in a message: a list as its comma list (the command line's form), a long path short."""
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    text = str(value)
+    return text if len(text) <= 60 else f"...{text[-57:]}"
+
+
 class Predictions:
     """The prediction files of one model's evaluation (in ``OUT/<model>/predictions/``)."""
 
@@ -31,11 +39,12 @@ class Predictions:
         if not path.exists():
             return False
         old = json.loads(path.read_text(encoding="utf-8"))
-        differ = sorted(k for k in key if old.get(k) != key[k])
+        differ = sorted(k for k in key if k in old and old[k] != key[k])  # a field older runs did not record: any
         if differ:
+            changes = "; ".join(f"`{k}` {_shown(old[k])} there, {_shown(key[k])} now" for k in differ)
             raise RulerError(
-                f"{self.folder.parent} holds predictions made with other settings ({', '.join(differ)} differ); "
-                f"use another `out`, or delete {self.folder} to start over"
+                f"{self.folder.parent} holds predictions made with other settings ({changes}); rerun with those, "
+                f"use another `out`, or delete {self.folder.parent} to start over"
             )
         return True
 

@@ -127,11 +127,16 @@ class RulerSettings:
 
     def key(self, checkpoint: str | Path, prompt_start: list[int], wrapper: str) -> dict[str, Any]:
         """The resume key of a model's predictions: everything that decides a prompt and its answer
-        except the task, length and index (which each prediction line holds); ``wrapper`` is the wrapper
-        the prompt format resolved to for this model (its template text)."""
+        except the task, length and index (which each prediction line holds), and what the tables are
+        made of (the tasks, lengths and samples: a rerun with other ones is refused rather than rewriting
+        the tables with fewer rows, or mixing scores over other tasks); ``wrapper`` is the wrapper the
+        prompt format resolved to for this model (its template text)."""
         from headprobe.runs import resume_key
 
         return resume_key(
+            tasks=self.tasks,
+            lengths=self.lengths,
+            samples=self.samples,
             checkpoint=str(Path(checkpoint).resolve()),
             seed=self.seed,
             wrapper=wrapper,

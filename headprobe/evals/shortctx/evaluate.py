@@ -24,7 +24,10 @@ from headprobe.runs import (
     Progress,
     RunReport,
     Silent,
+    check_parts,
     checkpoint_name,
+    done_earlier,
+    merged_settings,
     resume_key,
     run_models,
     table_meta,
@@ -129,18 +132,25 @@ def evaluate(
     """Score the task's items (reusing a finished run with the same key); returns ``shortctx_scores``."""
     out, name = Path(out), name or checkpoint_name(checkpoint)
     items = settings.items()
-    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype))
+    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype), log=(progress or Silent()).log)
     parts, key = Parts(out), settings.key(checkpoint, model.prompt_start)
+    check_parts(parts, [key], out, free=("task",), by="task", own=("file", "limit"))  # other tasks: added beside
     meta = table_meta(SHORTCTX_ITEMS.table, name, checkpoint, settings.to_dict(), key=key)
     if parts.done(SHORTCTX_ITEMS.table, settings.task, key):
-        table = parts.gather(SHORTCTX_ITEMS.table, [settings.task])
+        (progress or Silent()).log(done_earlier(f"{name} {settings.task}", 1, 1))
     else:
         result = evaluate_items(model, items, progress=progress or Silent(), batch_size=max(1, batch_size))
-        table = _item_rows(name, settings.task, result)
-        parts.write(SHORTCTX_ITEMS, settings.task, table, meta)
+        parts.write(SHORTCTX_ITEMS, settings.task, _item_rows(name, settings.task, result), meta)
+    held = parts.keys(SHORTCTX_ITEMS.table)  # this task and those earlier runs added to the folder
+    tasks = [settings.task, *sorted(t for t in held if t != settings.task and held[t] is not None)]
+    table = parts.gather(SHORTCTX_ITEMS.table, tasks)
     scores = scores_of(table)
-    write_results(out, name, checkpoint, settings.to_dict(), ((SHORTCTX_ITEMS, table), (SHORTCTX_SCORES, scores)))
-    return scores
+    described = merged_settings({k: [held[t][k] for t in tasks] for k in ADDS}, settings.to_dict(), ADDS)
+    write_results(out, name, checkpoint, described, ((SHORTCTX_ITEMS, table), (SHORTCTX_SCORES, scores)))
+    return scores[scores["task"] == settings.task].reset_index(drop=True)
+
+
+ADDS = ("task", "file", "limit")  # a rerun into a folder adds a task (its file and limit); the rest must stay
 
 
 def evaluate_many(
@@ -154,4 +164,4 @@ def evaluate_many(
         return evaluate(path, folder, settings, name=name, **kwargs)
 
     progress = kwargs.get("progress") or Silent()
-    return run_models(checkpoints, Path(out), job, progress, ("shortctx eval", settings.to_dict()))
+    return run_models(checkpoints, Path(out), job, progress, ("shortctx eval", settings.to_dict()), adds=ADDS)
