@@ -3,7 +3,7 @@
     import headprobe as hp
 
     net = hp.model.Transformer(hp.model.preset("toy-k64v16"))     # the model family
-    model = hp.load_model("runs/grid/toy-d64/sft/final")           # ours, or a local Hugging Face folder
+    model = hp.load_model("runs/grid/toy-d64/sft/final")           # ours, a local Hugging Face folder, a .gguf
     report = hp.analyze([...checkpoints], "results/analyze", metrics=["entropy"], lengths=[4096])
     report.table("entropy")                                        # a tidy table over every model
     hp.export_hf("runs/grid/toy-d64/sft/final", "hf/toy-d64")      # a Hugging Face folder (transformers, lm-eval)

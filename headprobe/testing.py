@@ -13,6 +13,8 @@
   (sliding and full layers by ``layer_types``; qwen3 with query/key norms), ``gemma3`` (5:1
   sliding:full, query/key norms, its own scale). As in the real families, the llama, mistral and gemma3
   tokenizers put a BOS before every text by default; the qwen ones do not.
+* :func:`tiny_gguf`: a small, valid GGUF file (header, metadata, one tensor), for the checks made before a
+  GGUF file is converted (it holds no model transformers could convert).
 """
 
 from __future__ import annotations
@@ -182,3 +184,20 @@ def build_toy_hf_model(
     model.save_pretrained(str(folder))
     _hf_tokenizer(vocab_size, arch in _ADDS_BOS).save_pretrained(str(folder))
     return folder
+
+
+def tiny_gguf(path: str | Path, arch: str = "llama", context: int = 2048) -> Path:
+    """Write a small, valid GGUF file of architecture ``arch`` (its header, a context length, a name and one
+    tensor) to ``path`` with the ``gguf`` package; returns the path."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_context_length(context)
+    writer.add_name("tiny")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -21,7 +20,7 @@ from headprobe.hooked.gguf import SOURCE_FILE, cached_folder
 from headprobe.hooked.stops import declared_stop_tokens
 from headprobe.model.tokenizer import HFTokenizer
 from headprobe.runs import checkpoint_name
-from headprobe.testing import build_toy_hf_model
+from headprobe.testing import build_toy_hf_model, tiny_gguf
 from headprobe.text.needles import NEEDLES, needle_prompt
 from headprobe.text.prompt_format import chat_turn_end
 
@@ -38,18 +37,6 @@ def toy_folder(tmp_path_factory):
     return build_toy_hf_model("llama", tmp_path_factory.mktemp("hf") / "toy", layers=2)
 
 
-def _gguf_file(path, arch: str = "llama", context: int = 2048) -> None:
-    """A small, valid GGUF file (header, metadata and one tensor) of architecture ``arch``."""
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_context_length(context)
-    writer.add_name("tiny")
-    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
 def test_bad_gguf_files_are_refused_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("HEADPROBE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ModelLoadError, match=r"GGUF file .*missing\.gguf does not exist"):
@@ -57,12 +44,12 @@ def test_bad_gguf_files_are_refused_before_any_work(tmp_path, monkeypatch):
     (tmp_path / "text.gguf").write_text("not a model")
     with pytest.raises(ModelLoadError, match=r"is not a GGUF file \(it does not start with 'GGUF'\)"):
         hp.load_model(tmp_path / "text.gguf")
-    _gguf_file(tmp_path / "whole.gguf")
+    tiny_gguf(tmp_path / "whole.gguf")
     data = (tmp_path / "whole.gguf").read_bytes()
     (tmp_path / "cut.gguf").write_bytes(data[:40])  # the header promises metadata that is not there
     with pytest.raises(ModelLoadError, match=r"cut\.gguf is not a readable GGUF file .*is it complete\?"):
         hp.load_model(tmp_path / "cut.gguf")
-    _gguf_file(tmp_path / "odd.gguf", arch="clip")
+    tiny_gguf(tmp_path / "odd.gguf", arch="clip")
     with pytest.raises(ModelLoadError, match=r"GGUF architecture 'clip' is not one transformers .* can read"):
         hp.load_model(tmp_path / "odd.gguf")
     assert not (tmp_path / "cache" / "gguf").exists() or not any((tmp_path / "cache" / "gguf").iterdir())
@@ -78,7 +65,7 @@ def test_a_missing_gguf_package_is_named_with_the_install_command(tmp_path, monk
             raise ImportError("No module named 'gguf'")
         return real_import(name, *args, **kwargs)
 
-    _gguf_file(tmp_path / "m.gguf")
+    tiny_gguf(tmp_path / "m.gguf")
     monkeypatch.setenv("HEADPROBE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(builtins, "__import__", no_gguf)
     with pytest.raises(ModelLoadError, match=r"needs the `gguf` package; pip install 'headprobe\[real\]'"):
@@ -89,7 +76,7 @@ def test_a_converted_file_is_read_from_the_cache_by_content(tmp_path, monkeypatc
     """The cache is keyed by the file's SHA-256: a file whose conversion is there loads from it, under the
     file's own name, without converting; a file with other bytes is another entry."""
     monkeypatch.setenv("HEADPROBE_CACHE", str(tmp_path / "cache"))
-    _gguf_file(tmp_path / "My-Model.Q4.gguf")
+    tiny_gguf(tmp_path / "My-Model.Q4.gguf")
     import hashlib
 
     sha = hashlib.sha256((tmp_path / "My-Model.Q4.gguf").read_bytes()).hexdigest()
@@ -97,16 +84,17 @@ def test_a_converted_file_is_read_from_the_cache_by_content(tmp_path, monkeypatc
     folder = cached_folder(sha)
     assert folder == tmp_path / "cache" / "gguf" / sha
     shutil.copytree(toy_folder, folder)
-    (folder / SOURCE_FILE).write_text(json.dumps({"file": "My-Model.Q4.gguf", "sha256": sha}))
+    files = {f.name: f.stat().st_size for f in folder.iterdir()}  # what a conversion records, to be checked
+    (folder / SOURCE_FILE).write_text(json.dumps({"file": "My-Model.Q4.gguf", "sha256": sha, "files": files}))
     import headprobe.hooked.gguf as gguf_mod
 
     monkeypatch.setattr(gguf_mod, "_convert", lambda *a: pytest.fail("converted although cached"))
     model = hp.load_model(tmp_path / "My-Model.Q4.gguf")
     assert model.name == "My-Model.Q4" == checkpoint_name(tmp_path / "My-Model.Q4.gguf")
-    assert model.folder == folder and model.source == {"file": "My-Model.Q4.gguf", "sha256": sha}
+    assert model.folder == folder and model.source == {"file": "My-Model.Q4.gguf", "sha256": sha, "files": files}
     assert model.facts()["source"]["sha256"] == sha
     # a length beyond the file's own context is refused from the header, before any conversion
-    _gguf_file(tmp_path / "other.gguf", context=512)
+    tiny_gguf(tmp_path / "other.gguf", context=512)
     with pytest.raises(hp.hooked.BeyondTrainedError, match=r"1,024 tokens exceed the 512 positions"):
         hp.hooked.check_trained_lengths(tmp_path / "other.gguf", [1024])
 
@@ -114,7 +102,7 @@ def test_a_converted_file_is_read_from_the_cache_by_content(tmp_path, monkeypatc
 def test_a_half_written_cache_entry_is_not_taken_for_a_conversion(tmp_path, monkeypatch, toy_folder):
     """A conversion that dies midway leaves no folder holding source.json, so the next run converts again."""
     monkeypatch.setenv("HEADPROBE_CACHE", str(tmp_path / "cache"))
-    _gguf_file(tmp_path / "m.gguf")
+    tiny_gguf(tmp_path / "m.gguf")
     import headprobe.hooked.gguf as gguf_mod
 
     def dies(path, out):

@@ -75,7 +75,7 @@ class TrainConfig:
     )
     preset: str | None = field(default=None, metadata=_help("model preset for pt, e.g. toy-d32"))
     config: str | None = field(default=None, metadata=_help("model config.json for pt"))
-    init: str | None = field(default=None, metadata=_help("checkpoint to start cpt/sft from"))
+    init: str | None = field(default=None, metadata=_help("our checkpoint to start cpt/sft from (not a .gguf file)"))
     out: str = field(default="runs/default", metadata=_help("run folder"))
     data: str | None = field(
         default=None, metadata=_help("data folder (pt/cpt) or JSONL (sft); default: the built-in corpus/set")

@@ -19,7 +19,7 @@ from headprobe.cli.common import (
     words,
 )
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP
+from headprobe.core.settings import DTYPE_HELP, MODELS_HELP, PROMPT_FORMAT_HELP
 
 HEADS_HELP = (
     "a head set to ablate (repeat for several): top:K (the K best by retrieval score in --from), random:K (K "
@@ -29,7 +29,7 @@ HEADS_HELP = (
 
 def ablate(
     ctx: typer.Context,
-    checkpoints: Annotated[list[Path], typer.Argument(help="model folders or .gguf files")],
+    checkpoints: Annotated[list[Path], typer.Argument(help=MODELS_HELP)],
     heads: Annotated[list[str] | None, typer.Option(help=HEADS_HELP)] = None,
     from_results: Annotated[
         Path | None,

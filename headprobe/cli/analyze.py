@@ -20,11 +20,12 @@ from headprobe.cli.common import (
     with_settings,
 )
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import MODELS_HELP
 
 
 def analyze(
     ctx: typer.Context,
-    checkpoints: Annotated[list[Path], typer.Argument(help="checkpoint folders (ours or local Hugging Face models)")],
+    checkpoints: Annotated[list[Path], typer.Argument(help=MODELS_HELP)],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/analyze"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,

@@ -13,7 +13,9 @@ from headprobe.core.errors import HeadprobeError
 
 def export_hf(
     ctx: typer.Context,
-    checkpoint: Annotated[Path, typer.Argument(help="our checkpoint folder (config.json, model.safetensors)")],
+    checkpoint: Annotated[
+        Path, typer.Argument(help="our checkpoint folder (config.json, model.safetensors); not a .gguf file")
+    ],
     out: Annotated[Path, typer.Argument(help="the Hugging Face model folder to write")],
     overwrite: Annotated[bool, typer.Option(help="replace OUT if it exists")] = False,
 ) -> None:

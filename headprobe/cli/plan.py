@@ -18,7 +18,7 @@ def plan(
     seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length for FLOPs and KV cache")] = 4096,
     config: Annotated[
         list[Path] | None,
-        typer.Option("--config", help="price a config.json (repeatable) instead of presets"),
+        typer.Option("--config", help="price our config.json (repeatable) instead of presets; not a .gguf"),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print a JSON list instead of a table")] = False,
 ) -> None:

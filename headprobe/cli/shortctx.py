@@ -9,14 +9,12 @@ import typer
 
 from headprobe.cli.common import check_counts, check_run, fail, resumable, say_error
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP
+from headprobe.core.settings import DTYPE_HELP, MODELS_HELP
 
 
 def shortctx_eval(
     ctx: typer.Context,
-    checkpoints: Annotated[
-        list[Path], typer.Argument(help="our checkpoints or local Hugging Face models (several: one folder each)")
-    ],
+    checkpoints: Annotated[list[Path], typer.Argument(help=MODELS_HELP)],
     task: Annotated[
         str, typer.Option(help="builtin, jsonl, arc, hellaswag, winogrande, race, piqa, openbookqa, commonsenseqa")
     ] = "builtin",

@@ -10,6 +10,15 @@ from pathlib import Path
 from typing import Literal
 
 Kind = Literal["file", "folder"]
+GGUF_SUFFIX = ".gguf"
+
+
+def is_gguf(path: str | Path) -> bool:
+    """Whether ``path`` names a GGUF model file: its name ends in ``.gguf`` and it is not a folder (a folder
+    of that name is a folder; whether the file really is GGUF, its header says:
+    :func:`headprobe.hooked.gguf.check_gguf`)."""
+    path = Path(path)
+    return path.suffix.lower() == GGUF_SUFFIX and not path.is_dir()
 
 
 def not_a(path: str | Path, kind: Kind) -> str | None:

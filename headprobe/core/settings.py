@@ -31,6 +31,7 @@ def setting(
 
 
 # help texts of settings that several commands take
+MODELS_HELP = "models: our checkpoint folders, local Hugging Face model folders or .gguf files (each: OUT/<model>/)"
 DTYPE_HELP = "model dtype: float32 | bfloat16 | float16 | float64 (default: as saved; HF models float32)"
 PROMPT_FORMAT_HELP = (
     "how prompts are put to the model: auto (its chat template where it has one, else plain) | chat | plain "

@@ -5,8 +5,10 @@ Hugging Face models.
 base    ``HookedModel``: forward with hooks, greedy decoding (one prompt, or a left-padded batch)
 ours    ``HeadprobeModel``: our :class:`~headprobe.model.transformer.Transformer`
 hf      ``HFModel``: a Hugging Face causal LM, its attention routed through the seam per call
-load    ``load_model(path)``, ``model_name`` (a checkpoint's one name), ``parse_dtype``, ``trained_positions`` /
-        ``check_trained_lengths`` (from config.json)
+load    ``load_model(path)``, ``check_model`` (what a model path is, before any work), ``model_files`` (where
+        its tokenizer and config lie), ``model_name`` (a checkpoint's one name), ``parse_dtype``,
+        ``trained_positions`` / ``check_trained_lengths`` (from config.json)
+gguf    GGUF files, converted once into a cached Hugging Face folder (checked, and converted again when damaged)
 errors  ``ModelLoadError``
 ======  ===========================================================================================
 """
@@ -17,8 +19,10 @@ from headprobe.hooked.hf import HFModel
 from headprobe.hooked.load import (
     DTYPES,
     BeyondTrainedError,
+    check_model,
     check_trained_lengths,
     load_model,
+    model_files,
     model_name,
     parse_dtype,
     trained_positions,
@@ -34,8 +38,10 @@ __all__ = [
     "HookedModel",
     "ModelLoadError",
     "ResidualHook",
+    "check_model",
     "check_trained_lengths",
     "load_model",
+    "model_files",
     "model_name",
     "parse_dtype",
     "trained_positions",

@@ -8,9 +8,12 @@ That takes tens of seconds, so it happens once per file *content*:
         config.json  generation_config.json  model.safetensors  tokenizer.json
         tokenizer_config.json  chat_template.jinja  source.json
 
-``source.json`` records the file it came from (name, size, SHA-256) and the transformers version that
-converted it. The folder is written atomically (:func:`headprobe.core.atomic.atomic_directory`) under
-a lock, so concurrent runs convert once and a killed run leaves nothing that looks finished.
+``source.json`` records the file it came from (name, size, SHA-256), the transformers version that
+converted it and the size of every file the conversion wrote. The folder is written atomically
+(:func:`headprobe.core.atomic.atomic_directory`) under a lock, so concurrent runs convert once and a killed
+run leaves nothing that looks finished. A folder changed since (a file cut short, removed or rewritten to
+another size: something other than headprobe touched it), or one converted before the sizes were recorded,
+is converted again, and the ``log`` says so (:func:`cache_damage`).
 
 Bad inputs are refused before any conversion, from the header alone (:func:`check_gguf`): a missing
 file, a file that is not GGUF, the ``gguf`` package missing, an architecture transformers cannot read.
@@ -27,22 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.atomic import atomic_directory
-from headprobe.core.paths import file_sha256
+from headprobe.core.paths import GGUF_SUFFIX, file_sha256, not_a
 from headprobe.hooked.errors import ModelLoadError
 from headprobe.hooked.hf import quiet_transformers
 from headprobe.text.toy_tokenizer import cache_dir
 
-SUFFIX = ".gguf"
+SUFFIX = GGUF_SUFFIX
 MAGIC = b"GGUF"
 SOURCE_FILE = "source.json"
 INSTALL_HINT = "pip install 'headprobe[real]' (or: pip install gguf)"
 
 Log = Callable[[str], None]
-
-
-def is_gguf(path: str | Path) -> bool:
-    """Whether ``path`` names a GGUF file (by its suffix; the content is checked by :func:`check_gguf`)."""
-    return Path(path).suffix.lower() == SUFFIX
 
 
 def _reader(path: Path) -> Any:
@@ -67,8 +65,8 @@ def check_gguf(path: str | Path) -> dict[str, Any]:
     """The header facts of the GGUF file ``path`` (``architecture``, ``context_length``, ``name``); raises
     :class:`ModelLoadError` naming the problem and the fix when it cannot become a model folder."""
     path = Path(path)
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file {path} does not exist")
+    if why := not_a(path, "file"):
+        raise ModelLoadError(f"GGUF file {path} {why}")
     with open(path, "rb") as f:
         if f.read(4) != MAGIC:
             raise ModelLoadError(f"{path} is not a GGUF file (it does not start with 'GGUF'); give a .gguf model file")
@@ -114,26 +112,52 @@ def _waiting_lock(lock: Path) -> Iterator[None]:
 def gguf_folder(path: str | Path, log: Log | None = None) -> Path:
     """The plain Hugging Face folder of the GGUF file ``path``: from the cache, or converted now (once).
 
-    ``log`` hears one line before a conversion starts. Raises :class:`ModelLoadError` for bad files
-    (:func:`check_gguf`) and conversions transformers refuses."""
+    ``log`` hears one line before a conversion starts, and why a cached conversion is made again (it was
+    damaged: :func:`cache_damage`). Raises :class:`ModelLoadError` for bad files (:func:`check_gguf`) and
+    conversions transformers refuses."""
     path = Path(path)
-    if not path.is_file():
-        raise ModelLoadError(f"GGUF file {path} does not exist")
+    if why := not_a(path, "file"):
+        raise ModelLoadError(f"GGUF file {path} {why}")
     sha = file_sha256(path)
     folder = cached_folder(sha)
-    if (folder / SOURCE_FILE).is_file():
+    if folder.is_dir() and cache_damage(folder) is None:
         return folder
     facts = check_gguf(path)
     with _waiting_lock(folder.parent / f".{sha}.lock"):
-        if (folder / SOURCE_FILE).is_file():  # another run converted it while this one waited
+        damage = cache_damage(folder) if folder.is_dir() else "does not exist"
+        if damage is None:  # another run converted it while this one waited
             return folder
-        if log:
+        if log and folder.is_dir():
+            log(f"{folder}, the conversion of {path.name}, {damage}; converting it again (dequantised to float32)")
+        elif log:
             log(f"converting {path.name} ({facts['architecture']}) once into {folder} (dequantised to float32)")
         with atomic_directory(folder) as tmp:
             _convert(path, tmp)
             source = {"file": path.name, "size": path.stat().st_size, "sha256": sha, **facts, **_versions()}
+            source["files"] = {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}
             (tmp / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n")
     return folder
+
+
+def cache_damage(folder: Path) -> str | None:
+    """What is wrong with the converted folder ``folder``, as a clause to follow its name (``None`` when it
+    is as its conversion left it): damaged (``source.json`` unreadable, a file it records missing or of
+    another size), or made by an older headprobe that recorded no file sizes. A conversion is written
+    atomically, so damage means something else changed the folder; either way the fix is to convert again."""
+    try:
+        files = json.loads((folder / SOURCE_FILE).read_text(encoding="utf-8")).get("files")
+    except FileNotFoundError:
+        return f"is damaged: {SOURCE_FILE} does not exist"
+    except (OSError, ValueError, AttributeError):  # unreadable, not JSON, not an object
+        return f"is damaged: {SOURCE_FILE} is unreadable"
+    if not isinstance(files, dict):
+        return "was made by an older headprobe, which recorded no file sizes to check it by"
+    for name, size in files.items():
+        if why := not_a(folder / name, "file"):
+            return f"is damaged: {name} {why}"
+        if (actual := (folder / name).stat().st_size) != size:
+            return f"is damaged: {name} is {actual:,} bytes, {size:,} when converted"
+    return None
 
 
 def _versions() -> dict[str, str]:

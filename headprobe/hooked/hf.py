@@ -141,6 +141,11 @@ class HFModel(HookedModel):
                 ).to(device)
         except Exception as err:  # transformers' own: OSError, ValueError, size mismatches, config validators...
             reason = " ".join(str(err).split()) or type(err).__name__
+            if source is not None:  # headprobe's own conversion of a GGUF file: changed since it was written
+                raise ModelLoadError(
+                    f"{path}, the conversion of {source.get('file', 'a GGUF file')}, cannot be loaded ({reason}): "
+                    "it is damaged; delete that folder and rerun to convert the file again"
+                ) from None
             raise ModelLoadError(
                 f"{path}: cannot load as a Hugging Face causal LM ({reason}); check that its config.json describes "
                 "its weights and that transformers supports the architecture"

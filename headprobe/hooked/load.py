@@ -10,14 +10,14 @@ from pathlib import Path
 import torch
 
 from headprobe.core.errors import HeadprobeError, SettingError
-from headprobe.core.paths import file_sha256
+from headprobe.core.paths import file_sha256, is_gguf
 from headprobe.export.hf import MODEL_TYPE, ORIGIN_KEY, load_exported
 from headprobe.hooked.base import HookedModel
 from headprobe.hooked.errors import ModelLoadError
-from headprobe.hooked.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder, is_gguf
+from headprobe.hooked.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder
 from headprobe.hooked.hf import HFModel
 from headprobe.hooked.ours import HeadprobeModel
-from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint
+from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, ModelKind, load_checkpoint, model_kind
 from headprobe.model.tokenizer import ByteTokenizer
 
 DTYPES = {
@@ -47,21 +47,12 @@ def load_model(
     cached Hugging Face folder, :func:`headprobe.hooked.gguf.gguf_folder`; ``log`` hears when that
     happens), as a :class:`HookedModel`."""
     path = Path(path)
-    if is_gguf(path):
+    kind = _kind(path)  # the GGUF header is read where the file is converted, not again for each load
+    if kind == "gguf":
         folder = gguf_folder(path, log)
         source = json.loads((folder / SOURCE_FILE).read_text())
         return HFModel(folder, device=device, dtype=dtype or torch.float32, name=model_name(path), source=source)
-    if not path.is_dir():
-        if path.is_file():
-            raise ModelLoadError(f"{path} is a file; give a model folder (config.json + weights) or a .gguf file")
-        raise ModelLoadError(f"model folder {path} does not exist")
-    config_file = path / CONFIG_FILE
-    if not config_file.is_file():
-        raise ModelLoadError(f"{config_file} is missing: {path} is neither a headprobe checkpoint nor an HF model")
-    try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as err:
-        raise ModelLoadError(f"{config_file} is not valid JSON: {err}") from None
+    config = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))  # model_kind read it already
     if config.get("model_type") == MODEL_TYPE and ORIGIN_KEY in config:  # our model, exported (headprobe export hf)
         try:
             model, tokenizer = load_exported(path, device=device, dtype=dtype)
@@ -75,6 +66,32 @@ def load_model(
     except CheckpointError as err:
         raise ModelLoadError(str(err)) from None
     return HeadprobeModel(model, tokenizer, model_name(path), folder=path)
+
+
+def model_files(path: str | Path, log: Log | None = None) -> Path:
+    """Where the files of the model ``path`` lie (its tokenizer, config and chat template): a GGUF file's
+    converted folder (:func:`headprobe.hooked.gguf.gguf_folder`, converted now if it was not; ``log`` hears
+    when), any other path as it is."""
+    return gguf_folder(path, log) if is_gguf(path) else Path(path)
+
+
+def check_model(path: str | Path) -> ModelKind:
+    """What the model path ``path`` is (:func:`headprobe.model.checkpoint.model_kind`: a GGUF file, a Hugging
+    Face folder or our checkpoint), checked as far as its files allow without loading anything (a GGUF
+    file's header too, :func:`headprobe.hooked.gguf.check_gguf`); what a command calls before any work.
+    Raises :class:`ModelLoadError` naming the problem and the fix."""
+    kind = _kind(path)
+    if kind == "gguf":
+        check_gguf(path)
+    return kind
+
+
+def _kind(path: str | Path) -> ModelKind:
+    """:func:`headprobe.model.checkpoint.model_kind`, its refusal a :class:`ModelLoadError`."""
+    try:
+        return model_kind(path)
+    except CheckpointError as err:
+        raise ModelLoadError(str(err)) from None
 
 
 def model_name(path: str | Path) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import zlib
 from pathlib import Path
+from typing import Literal
 
 import torch
 from safetensors import safe_open
@@ -22,7 +23,7 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.paths import file_sha256
+from headprobe.core.paths import GGUF_SUFFIX, file_sha256, is_gguf, not_a
 from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
@@ -42,6 +43,42 @@ BYTE_KIND, FILE_KIND = "byte", TOKENIZER_FILE
 
 class CheckpointError(HeadprobeError, RuntimeError):
     """A checkpoint folder is missing, incomplete, corrupted or does not match its config."""
+
+
+ModelKind = Literal["gguf", "huggingface", "checkpoint"]
+MODEL_PATHS = "a model folder (config.json and its weights) or a .gguf file"
+
+
+def model_kind(path: str | Path) -> ModelKind:
+    """What the model path ``path`` is, from its name and its ``config.json`` alone (nothing is loaded):
+    ``gguf``, a GGUF file (:func:`headprobe.core.paths.is_gguf`; its header is checked where it is read);
+    ``huggingface``, a folder whose ``config.json`` names a ``model_type`` (a Hugging Face model, or ours
+    exported by ``headprobe export hf``); ``checkpoint``, any other folder with a ``config.json`` (ours).
+    The one rule every command's model paths follow; raises :class:`CheckpointError` saying what ``path`` is
+    when it is none of them (missing, a file of another kind, a folder named ``.gguf``, no or a broken
+    ``config.json``)."""
+    path = Path(path)
+    if is_gguf(path):
+        if why := not_a(path, "file"):
+            raise CheckpointError(f"GGUF file {path} {why}; give {MODEL_PATHS}")
+        return "gguf"
+    if why := not_a(path, "folder"):
+        raise CheckpointError(f"{path} {why}; give {MODEL_PATHS}")
+    config = path / CONFIG_FILE
+    if not config.is_file():
+        if path.suffix.lower() == GGUF_SUFFIX:
+            raise CheckpointError(
+                f"{path} is a folder, not a GGUF file (and holds no {CONFIG_FILE}); give the .gguf file itself, "
+                "or a model folder"
+            )
+        raise CheckpointError(f"{config} is missing: {path} is neither a headprobe checkpoint nor a Hugging Face model")
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{config} is not valid JSON ({err}); restore the model's {CONFIG_FILE}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{config} holds no JSON object; restore the model's {CONFIG_FILE}")
+    return "huggingface" if "model_type" in data else "checkpoint"
 
 
 def _crc32(t: Tensor) -> str:
@@ -115,9 +152,14 @@ def _read_weights(file: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 
 
 def _read_config(path: Path) -> ModelConfig:
-    if not path.is_dir():
+    if is_gguf(path) and path.is_file():
         raise CheckpointError(
-            f"checkpoint folder {path} does not exist (expected a folder with {CONFIG_FILE} and {WEIGHTS_FILE})"
+            f"{path} is a GGUF file, not a headprobe checkpoint folder: headprobe analyzes, evaluates and explores "
+            "GGUF models, but trains and exports only its own checkpoints"
+        )
+    if why := not_a(path, "folder"):
+        raise CheckpointError(
+            f"checkpoint folder {path} {why} (expected a folder with {CONFIG_FILE} and {WEIGHTS_FILE})"
         )
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (path / name).is_file():

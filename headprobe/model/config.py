@@ -18,7 +18,7 @@ from typing import Any
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.paths import not_a
+from headprobe.core.paths import is_gguf, not_a
 
 
 class LayerType(Choice, what="layer type"):
@@ -263,6 +263,11 @@ class ModelConfig:
             path = path / "config.json"
         if why := not_a(path, "file"):
             raise FileNotFoundError(f"model config {path} {why}")
+        if is_gguf(path):
+            raise ConfigError(
+                f"{path} is a GGUF file, not a headprobe model config: give one of ours (a checkpoint's config.json, "
+                "or a preset); a GGUF file goes to the commands that load models (e.g. `headprobe analyze`)"
+            )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError:
