@@ -27,9 +27,11 @@ import pandas as pd
 
 from headprobe.core.atomic import atomic_file
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import not_a
 
 FORMAT = "headprobe-results-1"
 META_KEY = b"headprobe"
+PARQUET_MAGIC = b"PAR1"  # the first (and last) bytes of every Parquet file
 
 
 class ResultsError(HeadprobeError, ValueError):
@@ -168,14 +170,43 @@ def read_meta(path: str | Path) -> TableMeta | None:
 
 
 def read_table(path: str | Path) -> Table:
-    """A table and its metadata; raises :class:`ResultsError` for a missing file or a foreign one."""
+    """A table and its metadata; raises :class:`ResultsError` for a missing file, a damaged one
+    (:func:`unreadable`) or a foreign one."""
+    import pyarrow.parquet as pq
+
     path = Path(path)
-    if not path.is_file():
-        raise ResultsError(f"result table {path} does not exist")
-    meta = read_meta(path)
-    if meta is None:
+    if why := not_a(path, "file"):
+        raise ResultsError(f"result table {path} {why}")
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(META_KEY)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise unreadable(path, err) from None
+    if not raw:
         raise ResultsError(f"{path} is not a headprobe result table (no headprobe metadata)")
-    return Table(pd.read_parquet(path), meta)
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as err:  # the footer is whole, a data page is not
+        raise unreadable(path, err) from None
+    return Table(frame, TableMeta.from_json(raw))
+
+
+def unreadable(path: Path, err: Exception) -> ResultsError:
+    """The refusal of a result file pyarrow cannot read (``err``): a Parquet file cut short (it begins as one
+    and lacks the footer that ends one) or corrupted, or no Parquet file at all. Tables are written
+    atomically, so a damaged one was changed afterwards (a copy cut short, a full disk); the command that
+    wrote it writes it again."""
+    magic = len(PARQUET_MAGIC)
+    with open(path, "rb") as f:
+        head = f.read(magic)
+        f.seek(max(0, path.stat().st_size - magic))
+        tail = f.read(magic)
+    if head != PARQUET_MAGIC:
+        return ResultsError(f"{path} is not a Parquet file, so not a headprobe result table")
+    what = "cut short (it ends before its Parquet footer)" if tail != PARQUET_MAGIC else f"corrupted ({err})"
+    return ResultsError(
+        f"{path} is damaged: {' '.join(what.split())}; rerun the command that wrote it into the same results folder: "
+        "it writes the table again, redoing only the work whose finished parts are gone"
+    )
 
 
 def results_of(held: Iterable[str], model: str) -> str | None:
