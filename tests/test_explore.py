@@ -365,7 +365,7 @@ def test_the_command_refuses_bad_options_with_a_message(checkpoint, args, messag
 
 def test_a_missing_checkpoint_is_named(tmp_path):
     out = CliRunner().invoke(cli, ["explore", str(tmp_path / "none"), "--needle", "--length", "300"])
-    assert out.exit_code == 2 and "none: no such checkpoint folder" in out.output
+    assert out.exit_code == 2 and "none does not exist; give a model folder" in out.output
 
 
 def test_export_from_the_command_line_on_a_local_hugging_face_model(hf_models, tmp_path):

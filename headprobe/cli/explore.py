@@ -16,7 +16,7 @@ from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP
 def explore(
     ctx: typer.Context,
     checkpoints: Annotated[
-        list[Path], typer.Argument(help="one checkpoint, local HF model folder or .gguf file, or two to compare")
+        list[Path], typer.Argument(help="one model (our checkpoint, a Hugging Face folder or a .gguf file), or two")
     ],
     text: Annotated[Path | None, typer.Option(help="explore this UTF-8 text file")] = None,
     ruler: Annotated[
@@ -81,13 +81,12 @@ def explore(
         results=results, layers=ints(layers) if layers else None, rows=row_spec, device=device, dtype=dtype,
         allow_beyond_trained=allow_beyond_trained,
     )  # fmt: skip
-    views = _load(ctx, checkpoints, inputs | loading, export, export_levels)
-    if export is not None:
-        typer.echo(
-            f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed"
-        )
+    if export is None:
+        with bind(host, port) as sock:  # a port in use is refused before any model loads
+            serve(_load(ctx, checkpoints, inputs | loading, export, export_levels), sock, host, open_browser)
         return
-    serve(views, host, port, open_browser)
+    _load(ctx, checkpoints, inputs | loading, export, export_levels)
+    typer.echo(f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed")
 
 
 def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Path | None, levels: int) -> list:
@@ -157,30 +156,35 @@ def _check_options(
         raise fail(f"--export {export}: give an HTML file path in an existing folder", ctx)
     if export_levels < 1:
         raise fail(f"--export-levels {export_levels}: embed at least 1 level", ctx)
-    from headprobe.hooked.gguf import is_gguf
+    from headprobe.hooked import check_model
 
-    for path in checkpoints:
-        if not path.is_dir() and not (path.is_file() and is_gguf(path)):
-            raise fail(
-                f"{path}: no such checkpoint folder or .gguf file (a headprobe checkpoint, a local Hugging Face "
-                "model, or a GGUF file)",
-                ctx,
-            )
+    try:
+        for path in checkpoints:
+            check_model(path)
+    except HeadprobeError as err:
+        raise fail(err, ctx) from None
 
 
-def serve(views, host: str, port: int, open_browser: bool) -> None:
-    """Serve the explorer until Ctrl-C."""
-    import uvicorn
-
-    from headprobe.explore import create_app
-
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (0: any free port) and listening, or the refusal naming the port:
+    taken before the models load, so a port in use costs seconds, not the whole computation."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as err:
+        sock.close()
         raise fail(f"cannot bind {host}:{port} ({err.strerror}); choose another --port or --host", None) from None
     sock.listen(2048)  # connections made as soon as the URL is printed wait in the backlog, not refused
+    return sock
+
+
+def serve(views, sock: socket.socket, host: str, open_browser: bool) -> None:
+    """Serve the explorer on the bound ``sock`` (:func:`bind`) until Ctrl-C."""
+    import uvicorn
+
+    from headprobe.explore import create_app
+
     bound = sock.getsockname()[1]
     if host not in ("127.0.0.1", "localhost", "::1"):
         typer.secho(

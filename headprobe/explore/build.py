@@ -61,7 +61,7 @@ def build_views(
         name = checkpoint_name(path)
         if any(v.name == name for v in views):
             name = f"{name}#{len(views) + 1}"
-        model = load_model(path, device=device, dtype=parse_dtype(dtype))
+        model = load_model(path, device=device, dtype=parse_dtype(dtype), log=progress.log if progress else None)
         model.name = name
         inp = make_input(model, **input_options)
         views.append(ModelView(model, inp, name, rows=rows, layers=layers, results=results, progress=progress))
