@@ -146,16 +146,14 @@ def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) 
     from headprobe.show import show_tables
     from headprobe.study.real import real_demo
 
-    if model is not None and not model.exists():
-        raise fail(f"--model {model} does not exist; give a model folder or a .gguf file", ctx)
-    try:
+    try:  # a --model that is no model is refused before any step (real_demo checks it first)
         with progress_bar("real-demo", ctx, enabled=progress) as bar:
             report = real_demo(out, model, progress=bar, say=typer.echo)
     except (ModelLoadError, FolderBusy) as err:
         raise fail(err, ctx) from None
-    if report.steps:
+    if report.steps:  # no "results:" line for a folder no step wrote into
         print_tables(show_tables(out, ["retrieval", "erank", "ruler", "ablation"], top=10))
         draw_figures(out, out / "figures")
-    typer.echo(f"results: {out}")
+        typer.echo(f"results: {out}")
     if report.errors:
         raise typer.Exit(1)
