@@ -198,7 +198,7 @@ def resolve_wrapper(spec: str, folder: str | Path | None) -> Wrapper:
     if folder is None:
         raise PromptFormatError(
             "`prompt_format` chat needs a model's chat template, and no model folder was given: pass "
-            f"`tokenizer` MODEL_DIR (a folder with tokenizer.json and its chat template), or give a wrapper "
-            f"holding {SLOT}"
+            f"`tokenizer` MODEL_DIR (a folder with tokenizer.json and its chat template) or MODEL.gguf, or give a "
+            f"wrapper holding {SLOT}"
         )
     return chat_wrapper(folder)
