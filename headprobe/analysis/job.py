@@ -231,6 +231,22 @@ def analyze_checkpoint(
     if not ranks.is_main:
         return pd.DataFrame()
     progress.advance(ranks.others([len(item.units()) for item in plan]))
+    return write_tables(parts, s, keys, model, name, path, folder, progress)
+
+
+def write_tables(
+    parts: Parts,
+    s: AnalyzeSettings,
+    keys: dict[tuple[str, int], dict[str, Any]],
+    model: HookedModel,
+    name: str,
+    path: Path,
+    folder: Path,
+    progress: Progress,
+) -> pd.DataFrame:
+    """Write a model's tables and ``analysis_summary`` from every part its folder holds finished
+    (:func:`held_lengths`: this run's and earlier runs'), saying which finished lengths an earlier revision
+    of a metric made (left out); returns the summary."""
     held = held_lengths(parts, s, keys)
     for m, stale in stale_lengths(parts, s, held).items():
         progress.log(
@@ -240,14 +256,8 @@ def analyze_checkpoint(
     tables = gather_tables(parts, s, held)
     summary = summarize(name, tables, list(held))
     schemas = [schema for m in held for schema in m.tables]
-    write_results(
-        folder,
-        name,
-        path,
-        folder_settings(s, held, parts),
-        [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)],
-        facts=model.facts(),
-    )
+    tables_written = [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)]
+    write_results(folder, name, path, folder_settings(s, held, parts), tables_written, facts=model.facts())
     return summary
 
 

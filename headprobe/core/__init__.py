@@ -8,6 +8,7 @@ settings    ``setting``: a settings field carrying its command-line help, flag a
 lazy        ``lazy_exports``: a package's names loaded on first use
 atomic      atomic files and folders, ``folder_lock`` (one writer per folder), the sweep of what killed
             writers left behind
+outputs     ``claim``: the one rule for what a command may write where (never an input; only its own kind)
 cleanup     ``CLEANUPS``: what an interrupted process must undo even when ended outright
 paths       ``not_a`` (a path of the wrong kind, said plainly), ``read_utf8``
 ranks       ``Ranks``: splitting work over the processes ``torchrun`` started
