@@ -192,7 +192,7 @@ def run_headprobe(spec: dict) -> dict:
     (tokens, argmax), *_ = seen
     return {
         "seconds": seconds, "load_s": load_s, "warmup_s": warmup_s, **mem.result(), "tokens": list(tokens),
-        "scores": scores.tolist(), "argmax": argmax.tolist(), "response": record["response"],
+        "scores": scores.value.tolist(), "argmax": argmax.tolist(), "response": record["response"],
         "rouge1": record["rouge1_recall"],
     }  # fmt: skip
 

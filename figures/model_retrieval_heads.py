@@ -140,7 +140,7 @@ def build(results: Results) -> Figure:
         ax = fig.add_subplot(grid[r, 2 * c + 1], sharey=strip_ax)
         _panel(fig, strip_ax, ax, model, frame[frame.model == model], norm)
     bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=CMAP), cax=fig.add_subplot(grid[:, -1]))
-    bar.set_label("retrieval score (Wu et al.)")
+    bar.set_label("retrieval score (Wu et al.'s code: copies / span, repeats counted)")
     bar.ax.axhline(THRESHOLD, color="white", linewidth=1.0)
     bar.ax.axhline(THRESHOLD, color="k", linewidth=0.5, linestyle=(0, (2, 2)))
     handles = []  # only what the panels show
@@ -163,9 +163,11 @@ SPEC = Spec(
     "figure",
     ("retrieval",),
     "A panel per model: a row per layer (strip: S sliding, F full), a column per head, colour = retrieval "
-    "score (Wu et al.; over every answered needle sample of the lengths, so pooled weighting each length by "
-    "its kept samples); ringed heads score >= 0.1, grey heads have no score (no sample kept), blank cells "
-    "are heads the layer lacks.",
+    "score as Wu et al.'s code counts it (needle-token copies / answer-span length, a repeated copy counted "
+    "again, so a model that repeats its answer scores above 1; the paper's set form, each needle token once, "
+    "is the tables' set_value); over every answered needle sample of the lengths, so pooled weighting each "
+    "length by its kept samples; ringed heads score >= 0.1, grey heads have no score (no sample kept), blank "
+    "cells are heads the layer lacks.",
     build,
     "model",
 )

@@ -38,7 +38,8 @@ SPEC = Spec(
     "Retrieval heads before and after continual pretraining",
     "figure",
     ("study_heads", "study_runs"),
-    "Share of heads with retrieval score >= 0.1 (Wu et al.), a bar per run (hatched by run), per member; "
+    "Share of heads with retrieval score >= 0.1 (Wu et al.'s code's count, copies / span), a bar per run "
+    "(hatched by run), per member; "
     "full-attention layers and all layers; stars are the study's published after-cpt shares.",
     build,
 )

@@ -24,8 +24,8 @@ def build(results: Results) -> Table:
         seed_stats(frame, index, "fraction"), on=index, suffixes=("_heads", "_fraction")
     )
     notes = (
-        "Cells: retrieval heads (score >= 0.1) and their share of the layer type's heads, mean ± sd over seeds; "
-        "n/a: no needle sample was answered, so no head has a score.",
+        "Cells: retrieval heads (copies / span >= 0.1) and their share of the layer type's heads, mean ± sd over "
+        "seeds; n/a: no needle sample was answered, so no head has a score.",
     )
     return Table("Retrieval heads by member, layer type and run", wide, values, notes)
 

@@ -3,8 +3,9 @@
 Every table is read as :func:`headprobe.results.collect` reads it (recursively: an ``analyze``, ``ruler
 eval`` or ``shortctx eval`` output or a whole study folder), so nothing here knows where a file sits:
 
-* ``retrieval``: the top heads of each checkpoint by retrieval score (mean over lengths), and per
-  checkpoint the heads above the retrieval-head threshold per layer type;
+* ``retrieval``: the top heads of each checkpoint by retrieval score (mean over lengths; both forms: Wu et al.'s
+  code's copies / span, which counts repeated copies, and their paper's set form, 0-1), and per checkpoint
+  the heads above the retrieval-head threshold per layer type;
 * ``entropy``, ``reordering``: per-layer-type means, one row per checkpoint;
 * ``erank``: mean effective rank per layer type, one row per checkpoint;
 * ``ruler``: the RULER-style score per length and overall, one row per checkpoint;
@@ -27,6 +28,12 @@ from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import ResultsError, read_table
 
 SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation")
+SCORE_COLUMNS = {"value": "copies/span", "set_value": "set (0-1)"}  # the retrieval table's two forms, as shown
+SCORE_NOTE = (
+    "means over lengths of Wu et al.'s retrieval score in two forms: copies/span, as their code counts (needle-token "
+    "copies / answer-span length, a repeated copy counted again, so it can pass 1); set (0-1), as their paper "
+    "defines it (each needle token once). Retrieval heads: copies/span >= 0.1"
+)
 
 
 @dataclass(frozen=True)
@@ -129,22 +136,24 @@ def _retrieval_tables(folder: Path, top: int) -> list[ShownTable]:
     out: list[ShownTable] = []
     frame = _collect(folder, "retrieval")
     if not frame.empty:
-        heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)["value"].mean()
+        forms = [c for c in ("value", "set_value") if c in frame.columns]  # set_value: written since revision 5
+        heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)[forms].mean()
         best = (
             heads[heads["value"] > 0]
             .sort_values(["model", "value"], ascending=[True, False])
             .groupby("model")
             .head(top)
             .set_index(["model", "layer", "head"])
+            .rename(columns=SCORE_COLUMNS)
         )
-        out.append(ShownTable(f"retrieval: top {top} heads per checkpoint", best, "mean retrieval score over lengths"))
+        out.append(ShownTable(f"retrieval: top {top} heads per checkpoint", best, SCORE_NOTE))
         counted = heads.assign(retrieval_head=heads["value"] >= RETRIEVAL_THRESHOLD)  # the study's rule, as analyze
         counts = counted.groupby(["model", "layer_type"]).apply(
             lambda g: f"{int(g['retrieval_head'].sum())} of {len(g)}", include_groups=False
         )
         out.append(
             ShownTable(
-                f"retrieval heads (score >= {RETRIEVAL_THRESHOLD}) per layer type",
+                f"retrieval heads (copies/span >= {RETRIEVAL_THRESHOLD}) per layer type",
                 counts.unstack("layer_type"),
                 "heads that never answered a needle have no score and do not count",
             )

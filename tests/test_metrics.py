@@ -389,12 +389,13 @@ def test_head_scores_average_the_kept_samples_copy_scores_by_hand():
     # two heads, three samples; sample 1 was answered wrongly, so its (large) copy scores do not count
     copies = pd.DataFrame(
         {"layer": [0, 0] * 3, "head": [0, 1] * 3, "layer_type": ["full"] * 6, "sample": [0, 0, 1, 1, 2, 2],
-         "value": [0.5, 0.0, 1.0, 1.0, 0.25, 0.1]}
+         "value": [0.5, 0.0, 1.0, 1.0, 0.25, 0.1], "set_value": [0.25, 0.0, 1.0, 1.0, 0.25, 0.1]}
     )  # fmt: skip
     samples = pd.DataFrame({"sample": [0, 1, 2], "kept": [True, False, True]})
     heads = head_scores(copies, samples)
     assert heads[["layer", "head"]].values.tolist() == [[0, 0], [0, 1]]
     assert heads["value"].tolist() == pytest.approx([(0.5 + 0.25) / 2, (0.0 + 0.1) / 2])
+    assert heads["set_value"].tolist() == pytest.approx([(0.25 + 0.25) / 2, (0.0 + 0.1) / 2])
     assert (heads["n_kept"] == 2).all() and (heads["n_samples"] == 3).all()
     none = head_scores(copies, samples.assign(kept=False))
     assert none["value"].isna().all() and (none["n_kept"] == 0).all()

@@ -6,7 +6,7 @@ queries ``[heads, L, qk_dim]`` and keys ``[kv_heads, L, qk_dim]`` (memory linear
 
 * per-head metrics (:data:`HEAD_METRIC_LABELS`): means over a row selection of the exact streaming statistics
   (:func:`headprobe.stats.attention_stats`), the needle-span mass at the question rows, and the
-  retrieval (copy) score of the generated answer (:func:`headprobe.metrics.retrieval.copy_scores`);
+  retrieval (copy) score of the generated answer in both forms (:func:`headprobe.metrics.retrieval.copy_scores`);
 * map tiles (:mod:`headprobe.explore.pooling`), cached; the first tile of a row band computes the
   rows' log-sum-exp and pools the whole band in the same pass;
 * one query row's top keys and entropy;
@@ -47,7 +47,16 @@ HEAD_METRIC_LABELS = {
     "max_prob": ("max probability", "mean largest attention probability"),
     "mean_distance": ("mean distance (tokens)", "mean expected distance i - j"),
     "needle_mass": ("needle span mass", "mean attention mass on the answer span at the question rows"),
-    "retrieval": ("retrieval score", "Wu et al.'s copy score of the generated answer on this input"),
+    "retrieval": (
+        "retrieval score (copies / span)",
+        "Wu et al.'s code's copy score of the generated answer on this input: needle-token copies over the answer "
+        "span's length, a repeated copy counted again (can pass 1)",
+    ),
+    "retrieval_set": (
+        "retrieval score, set form (0-1)",
+        "Wu et al.'s paper's copy score of the generated answer: needle tokens copied at least once over the span's "
+        "length",
+    ),
 }
 ROW_STATS = ("entropy", "norm_entropy", "max_prob", "mean_distance")  # per-row statistics averaged per head
 AUTO_ROWS = 2048  # rows the per-head means use by default (every row of shorter inputs)
@@ -134,6 +143,7 @@ class ModelView:
         self.metrics = self._head_metrics()
         if self.evidence is not None:
             self.metrics["retrieval"] = self.evidence["scores"]
+            self.metrics["retrieval_set"] = self.evidence["set_scores"]
         progress.advance()
         if results is not None:
             self.metrics |= self._results_metrics(Path(results))
@@ -237,15 +247,16 @@ class ModelView:
             state=state,
             hook=last_row,
         )
-        scores = copy_scores(argmax, tokens, self.input.ids, self.input.spans)
+        scores, set_scores = copy_scores(argmax, tokens, self.input.ids, self.input.spans)
         for info in self.layers:
-            scores[info.index, info.n_heads :] = np.nan
+            scores[info.index, info.n_heads :] = set_scores[info.index, info.n_heads :] = np.nan
         return {
             "tokens": tokens,
             "texts": [self.model.tokenizer.decode([t]) for t in tokens],
             "answer": self.model.tokenizer.decode(tokens),
             "argmax": argmax,
             "scores": scores,
+            "set_scores": set_scores,
         }
 
     def _results_metrics(self, folder: Path) -> dict[str, np.ndarray]:

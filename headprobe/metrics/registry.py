@@ -125,9 +125,10 @@ METRICS: dict[str, Metric] = {
             retrieval_rows,
             retrieval_headline,
             "Wu et al.'s retrieval score per head, from needle prompts",
-            revision=4,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span;
+            revision=5,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span;
             # 4: answers end at the model's declared end tokens too, samples record the prompt format and stop,
-            # needles hide in the corpus's prose alone (no planted facts or questions)
+            # needles hide in the corpus's prose alone (no planted facts or questions); 5: the paper's set
+            # form (set_value) beside the code's count
         ),
         PassMetric(
             "entropy",

@@ -1,9 +1,18 @@
 """Wu et al.'s (2025) retrieval score of every head, from greedy decoding of needle prompts (docs/metrics.md).
 
 At each decode step a head copies when its attention row's argmax key lies in the needle's answer
-span and holds the very token that step produced; each copy adds ``1 / len(answer span)``. A head's
-score is the mean over the samples the model answered (ROUGE-1 recall > 0.5); failed samples are
-excluded, not counted as zeros.
+span and holds the very token that step produced. Two forms, from the same copies:
+
+* ``value``, as Wu et al.'s code computes it: each copying step adds ``1 / len(answer span)``, so an answer
+  that repeats a needle token counts it again and the score can pass 1 (a toy that repeats its answer
+  scores 3.5);
+* ``set_value``, as their paper defines it (``|g_h ∩ k| / |k|``): the needle tokens (prompt positions of
+  the span) the head copied at least once, over the span's length: each counted once, so 0-1.
+
+A head's score is the mean over the samples the model answered (ROUGE-1 recall > 0.5); failed samples
+are excluded, not counted as zeros. A head is a retrieval head when its ``value`` is at least 0.1 (the
+study's rule, which analyze, show and study count by); the same 0.1 applies to ``set_value``, which is
+never above ``value``, so the set form counts at most as many heads.
 
 The answer span is, by default, exactly the answer's tokens in the prompt (found by character offsets
 when the prompt is built). ``span="reference"`` locates it as Wu et al.'s code does (``find_needle_idx``):
@@ -19,7 +28,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -38,7 +47,17 @@ RETRIEVAL = Schema(
     "retrieval",
     (
         *HEAD_COLUMNS,
-        Column("value", "float", "mean copy score over the kept samples (NaN when none was kept)"),
+        Column(
+            "value",
+            "float",
+            "mean over the kept samples of Wu et al.'s code's score: needle-token copies / answer-span length, a "
+            "repeated copy counted again (can pass 1; NaN when no sample was kept)",
+        ),
+        Column(
+            "set_value",
+            "float",
+            "the same mean of their paper's set form: needle tokens copied at least once / span length (0-1)",
+        ),
         Column("n_kept", "int", "samples the model answered (ROUGE-1 recall > 0.5)"),
         Column("n_samples", "int", "needle samples decoded"),
     ),
@@ -65,7 +84,12 @@ RETRIEVAL_COPIES = Schema(
     (
         *HEAD_COLUMNS,
         Column("sample", "int", "index of the needle sample"),
-        Column("value", "float", "the head's copy score in this sample (counted in ``retrieval`` if kept)"),
+        Column(
+            "value",
+            "float",
+            "the head's copy score in this sample: copies / span length, repeats counted (in `retrieval` if kept)",
+        ),
+        Column("set_value", "float", "its set form: needle tokens copied at least once / span length (0-1)"),
     ),
 )
 
@@ -151,27 +175,42 @@ def decode_argmax(
     return tokens, np.stack([rows[step] for step in range(len(tokens))])
 
 
+class CopyScores(NamedTuple):
+    """One sample's copy scores of every head, each ``[layers, heads]``: ``value``, Wu et al.'s code's (each
+    step that copies a needle token adds ``1 / span length``: repeats count, so it can pass 1), and
+    ``set_value``, their paper's set form (the needle tokens copied at least once over the span length: 0-1)."""
+
+    value: np.ndarray
+    set_value: np.ndarray
+
+
 def copy_scores(
     argmax: np.ndarray, tokens: Sequence[int], ids: Sequence[int], spans: Sequence[tuple[int, int]]
-) -> np.ndarray:
-    """Wu et al.'s copy score of every head for one decoded sample: each step at which a head's argmax
-    (``argmax [steps, layers, heads]``, absolute prompt positions) lies in an answer span and holds the
-    very token the step produced adds ``1 / len(span)``. Returns ``[layers, heads]``."""
-    scores = np.zeros(argmax.shape[1:])
+) -> CopyScores:
+    """Both copy scores of every head for one decoded sample, in one pass over the steps: a head copies at a
+    step when its argmax key (``argmax [steps, layers, heads]``, absolute prompt positions) lies in an answer
+    span and holds the very token the step produced. Each copy adds ``1 / len(span)`` to ``value``; each
+    span position copied at least once adds ``1 / len(span)`` to ``set_value``."""
+    value = np.zeros(argmax.shape[1:])
+    copied = [np.zeros((*argmax.shape[1:], max(end - start, 0)), dtype=bool) for start, end in spans]
     prompt = np.asarray(ids)
     for step, token in enumerate(tokens):
         where = argmax[step]
         copies = prompt[np.clip(where, 0, len(prompt) - 1)] == token
-        for start, end in spans:
-            scores += ((where >= start) & (where < end) & copies) / max(end - start, 1)
-    return scores
+        for (start, end), seen in zip(spans, copied, strict=True):
+            hit = (where >= start) & (where < end) & copies
+            value += hit / max(end - start, 1)
+            layer, head = np.nonzero(hit)
+            seen[layer, head, where[layer, head] - start] = True
+    set_value = sum((seen.sum(-1) / max(seen.shape[-1], 1) for seen in copied), np.zeros(argmax.shape[1:]))
+    return CopyScores(value, set_value)
 
 
 def retrieval_sample(
     model: HookedModel, prompt: NeedlePrompt, max_new_tokens: int = 50, span: Span | str = Span.EXACT
-) -> tuple[np.ndarray, dict]:
-    """Decode one needle prompt greedily; returns per-head copy scores ``[layers, max_heads]`` and the
-    sample's record (response, ROUGE-1 recall, kept or not, the span scored)."""
+) -> tuple[CopyScores, dict]:
+    """Decode one needle prompt greedily; returns per-head copy scores (:class:`CopyScores`, ``[layers,
+    max_heads]`` each) and the sample's record (response, ROUGE-1 recall, kept or not, the span scored)."""
     start, end = answer_span(model, prompt, span)
     stops = answer_stops(model)
     tokens, argmax = decode_argmax(model, prompt.ids, max_new_tokens, stops)
@@ -235,11 +274,11 @@ def retrieval_tries(formats: set[str], needles: str, chat_template: bool) -> lis
     return tries
 
 
-def copy_rows(layers: Sequence[LayerInfo], scores: np.ndarray, sample: int) -> pd.DataFrame:
-    """One sample's copy scores ``[layers, max_heads]`` as :data:`RETRIEVAL_COPIES` rows (every head)."""
+def copy_rows(layers: Sequence[LayerInfo], scores: CopyScores, sample: int) -> pd.DataFrame:
+    """One sample's copy scores (:class:`CopyScores`) as :data:`RETRIEVAL_COPIES` rows (every head)."""
     return pd.DataFrame.from_records(
         {"layer": info.index, "head": h, "layer_type": str(info.layer_type), "sample": sample,
-         "value": float(scores[info.index, h])}
+         "value": float(scores.value[info.index, h]), "set_value": float(scores.set_value[info.index, h])}
         for info in layers
         for h in range(info.n_heads)
     )  # fmt: skip
@@ -247,16 +286,17 @@ def copy_rows(layers: Sequence[LayerInfo], scores: np.ndarray, sample: int) -> p
 
 def head_scores(copies: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """The :data:`RETRIEVAL` head table from every sample's copy scores and the samples' records: each
-    head's copy scores summed over the kept samples in sample order, over their number (NaN when none
-    was kept). The same sum in the same order whether the samples were decoded by one process or many."""
+    head's copy scores (both forms) summed over the kept samples in sample order, over their number (NaN
+    when none was kept). The same sums in the same order whether the samples were decoded by one process
+    or many."""
     kept = set(samples.loc[samples["kept"].astype(bool), "sample"].astype(int))
     heads = copies[copies["sample"] == copies["sample"].min()][["layer", "head", "layer_type"]].reset_index(drop=True)
-    total = np.zeros(len(heads))
+    total = np.zeros((len(heads), 2))
     for sample, rows in copies.groupby("sample", sort=True):
         if int(sample) in kept:
-            total = total + rows["value"].to_numpy(np.float64)
-    mean = total / len(kept) if kept else np.full(len(heads), math.nan)
-    return heads.assign(value=mean, n_kept=len(kept), n_samples=len(samples))
+            total = total + rows[["value", "set_value"]].to_numpy(np.float64)
+    mean = total / len(kept) if kept else np.full((len(heads), 2), math.nan)
+    return heads.assign(value=mean[:, 0], set_value=mean[:, 1], n_kept=len(kept), n_samples=len(samples))
 
 
 def sample_tables(
@@ -294,7 +334,8 @@ def score_prompts(
             progress(n + 1)
     if not done:  # no prompt: every head scores NaN over zero samples
         width = max(info.n_heads for info in model.layers)
-        every_head = copy_rows(model.layers, np.zeros((len(model.layers), width)), 0)
+        zero = np.zeros((len(model.layers), width))
+        every_head = copy_rows(model.layers, CopyScores(zero, zero), 0)
         return RetrievalScores(head_scores(every_head, RETRIEVAL_SAMPLES.empty()), RETRIEVAL_SAMPLES.empty(),
                                every_head.iloc[:0])  # fmt: skip
     samples, copies = (

@@ -47,7 +47,11 @@ STUDY_HEADS = Schema(
         *WHO_COLUMNS,
         Column("length", "int", "analysis length in tokens"),
         Column("layer_type", "str", "full, sliding or all"),
-        Column("retrieval_heads", "float", "heads with retrieval score >= 0.1; missing when no sample was kept"),
+        Column(
+            "retrieval_heads",
+            "float",
+            "heads with retrieval score (copies / span, Wu et al.'s code) >= 0.1; missing when no sample was kept",
+        ),
         Column("heads", "float", "heads of that layer type"),
         Column("fraction", "float", "retrieval_heads / heads"),
         Column("n_kept", "float", "needle samples whose answer passed the ROUGE filter (all layer types)"),
