@@ -10,6 +10,7 @@ around it: ``OUT/<model>/<table>.parquet``, read by :meth:`Results.models`. Figu
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pandas as pd
 
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import not_a
-from headprobe.results import ResultsError, TableMeta, collect, read_meta, read_table
+from headprobe.results import ResultsError, ResultsWarning, TableMeta, collect, read_meta
 
 WHO = ["member", "seed", "run"]
 MODEL_TABLES = ("retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation")  # per-model figures
@@ -33,7 +34,7 @@ class Results:
 
     folder: Path
     _cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
-    _per_model: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    read_apart: list[str] = field(default_factory=list, repr=False)  # the ResultsWarnings of what was read
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
@@ -44,9 +45,17 @@ class Results:
             )
 
     def raw(self, table: str) -> pd.DataFrame:
-        """Every ``<table>.parquet`` below the folder, concatenated (empty when there is none)."""
+        """Every ``<table>.parquet`` below the folder, concatenated, each row with its ``model``
+        (:func:`headprobe.results.collect`: results of different checkpoints or settings that share a name
+        are labelled apart); empty when there is none."""
         if table not in self._cache:
-            self._cache[table] = collect(self.folder, table, recursive=True)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ResultsWarning)
+                self._cache[table] = collect(self.folder, table, recursive=True)
+            for w in caught:  # kept for the report's caveats, and warned as collect warned
+                if issubclass(w.category, ResultsWarning) and str(w.message) not in self.read_apart:
+                    self.read_apart.append(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         return self._cache[table]
 
     def runs(self) -> pd.DataFrame:
@@ -82,27 +91,12 @@ class Results:
                 names |= set(frame["member"].dropna())
         return sorted(names)
 
-    def per_model(self, table: str) -> pd.DataFrame:
-        """Every ``<table>.parquet`` below the folder, concatenated, each row with its ``model``: the
-        table's own column, else the model its metadata names, else its folder's name (empty when there
-        is none). Rows repeated by a rerun into another folder (same model and same key columns) count once."""
-        if table not in self._per_model:
-            frames = []
-            for path in sorted(p for p in self.folder.rglob(f"{table}.parquet") if p.is_file()):
-                read = read_table(path)
-                frame = read.frame
-                if "model" not in frame.columns:
-                    frame = frame.assign(model=read.meta.model or path.parent.name)
-                if len(frame):
-                    frames.append(frame)
-            self._per_model[table] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        return self._per_model[table]
-
     def models(self, table: str, keys: list[str] | None = None) -> pd.DataFrame:
-        """:meth:`per_model` rows of models that are not runs of a study in this folder (``study_runs``
-        names those; the study's figures draw them), one row per ``model`` x ``keys`` (the last one read
-        where folders repeat it). Raises :class:`MissingInput` when none is left, saying why."""
-        frame = self.per_model(table)
+        """:meth:`raw` rows of models that are not runs of a study in this folder (``study_runs`` names
+        those; the study's figures draw them), one row per ``model`` x ``keys`` (the last one read where
+        folders repeat the results of one checkpoint made alike). Raises :class:`MissingInput` when none is
+        left, saying why."""
+        frame = self.raw(table)
         if frame.empty:
             raise MissingInput(f"no {table!r} table under {self.folder}")
         runs = self.runs()

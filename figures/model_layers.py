@@ -77,7 +77,7 @@ def build(results: Results) -> Figure:
     tables = {}
     for table, keys in (("entropy", ["length", "layer", "head", "sample"]), ("erank", ["length", "layer", "site"])):
         try:
-            tables[table] = results.models(table, [k for k in keys if k in results.per_model(table).columns])
+            tables[table] = results.models(table, [k for k in keys if k in results.raw(table).columns])
         except MissingInput as err:
             why = str(err)
     if not tables:

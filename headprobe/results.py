@@ -12,13 +12,16 @@ through :func:`read_table` and :func:`collect`.
 * Each table has a :class:`Schema` (its documented columns); writing checks the frame against it.
 * A results folder holds one sub-folder per model (``OUT/<model>/<table>.parquet``) plus the run
   record ``OUT/run.json``; :func:`collect` concatenates one table over every model of a folder.
+* Results are keyed by what made them: each table records its checkpoint's identity (resolved path and a
+  fingerprint of its weights) and settings, and :func:`collect` reads the results of different checkpoints
+  or settings that share a model's name apart, under labels that say what differs.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-from collections.abc import Iterable
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +109,11 @@ class TableMeta:
         format: the results format version.
         model_facts: what the model itself declared (:meth:`headprobe.hooked.HookedModel.facts`: the file it
             was converted from, the end tokens decoding stopped on, whether it has a chat template).
+        identity: which checkpoint this was, beyond its name (:func:`headprobe.runs.checkpoint_identity`):
+            ``path``, the checkpoint resolved to an absolute path; ``weights``, a fingerprint of its weight
+            files (their names, sizes and modification times), so that a checkpoint retrained at the same
+            path is another; ``modified``, when the newest weight file was written (UTC, ISO 8601). Empty in
+            tables written before headprobe recorded it.
     """
 
     table: str
@@ -118,6 +126,7 @@ class TableMeta:
     created: str = ""
     format: str = FORMAT
     model_facts: dict[str, Any] = field(default_factory=dict)
+    identity: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)
@@ -131,10 +140,11 @@ class TableMeta:
 
 @dataclass(frozen=True)
 class Table:
-    """A table read back: its rows and what produced them."""
+    """A table read back: its rows, what produced them and the file it was read from."""
 
     frame: pd.DataFrame
     meta: TableMeta
+    path: Path | None = None
 
 
 def table_path(folder: str | Path, table: str) -> Path:
@@ -187,7 +197,7 @@ def read_table(path: str | Path) -> Table:
         frame = pd.read_parquet(path)
     except (OSError, ValueError) as err:  # the footer is whole, a data page is not
         raise unreadable(path, err) from None
-    return Table(frame, TableMeta.from_json(raw))
+    return Table(frame, TableMeta.from_json(raw), path)
 
 
 def unreadable(path: Path, err: Exception) -> ResultsError:
@@ -209,26 +219,174 @@ def unreadable(path: Path, err: Exception) -> ResultsError:
     )
 
 
-def results_of(held: Iterable[str], model: str) -> str | None:
-    """Whose results in a folder describe ``model``: its own by name; or, when the folder holds one model's
-    results only, that model's whatever its name (a GGUF file and its converted folder are named apart);
-    ``None`` when the folder holds several models and none is ``model``, or none at all."""
-    held = sorted(set(held))
-    if model in held:
-        return model
-    return held[0] if len(held) == 1 else None
+class ResultsWarning(UserWarning):
+    """What a reader of results must know that is no error: e.g. that results sharing a model's name were
+    made from different checkpoints or settings, and are read apart under labels saying so."""
 
 
-def collect(folder: str | Path, table: str, recursive: bool = False) -> pd.DataFrame:
-    """One table over every model of a results folder: ``OUT/<table>.parquet`` and
-    ``OUT/*/<table>.parquet`` concatenated (every table has a ``model`` column); empty when none.
-    ``recursive``: every ``<table>.parquet`` below ``folder`` (a study's ``analysis/``, ``ruler/``, ...)."""
+# Settings that say which rows a run made, each row naming its value (its table, ``length``, ``task``,
+# ``depth``, an ablation's condition columns), or that change no number. Results of one checkpoint that
+# differ only in these were made the same way; every other setting decides the numbers, so results that
+# differ in one are never read as one model (:func:`collect`).
+ROW_SETTINGS = frozenset(
+    {"metrics", "lengths", "tasks", "task", "heads", "modes", "seeds", "depths", "allow_beyond_trained"}
+)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What made a table's rows, beyond the model's name (from its :class:`TableMeta`).
+
+    Attributes:
+        checkpoint: the checkpoint's resolved path (:attr:`TableMeta.identity`), else (tables written
+            before headprobe recorded it) its path as given; ``None`` when neither was recorded.
+        weights: the fingerprint of its weight files (``None`` in older tables).
+        modified: when its newest weight file was written (UTC, ISO 8601; ``None`` in older tables).
+        settings: the settings that decide the numbers (all but :data:`ROW_SETTINGS`).
+    """
+
+    checkpoint: str | None
+    weights: str | None
+    modified: str | None
+    settings: dict[str, Any]
+
+    @classmethod
+    def of(cls, meta: TableMeta) -> Origin:
+        found = meta.identity or {}
+        settings = {k: v for k, v in meta.settings.items() if k not in ROW_SETTINGS}
+        return cls(found.get("path") or meta.checkpoint, found.get("weights"), found.get("modified"), settings)
+
+    def differences(self, other: Origin) -> list[str]:
+        """What tells ``self`` from ``other``: ``checkpoint`` (another path), ``weights`` (the same path,
+        other weights) and the names of the settings whose values differ. What either does not record (a
+        table written before the identity was, a setting added since) tells nothing apart."""
+        out = []
+        if self.checkpoint and other.checkpoint and not same_path(self.checkpoint, other.checkpoint):
+            out.append("checkpoint")
+        elif self.weights and other.weights and self.weights != other.weights:
+            out.append("weights")
+        both = set(self.settings) & set(other.settings)
+        return out + sorted(k for k in both if self.settings[k] != other.settings[k])
+
+
+def same_path(a: str | Path, b: str | Path) -> bool:
+    """Whether two recorded checkpoint paths name one checkpoint: equal, or one relative (as given, by a
+    table written before headprobe resolved paths) whose parts end the other's."""
+    pa, pb = Path(a), Path(b)
+    if pa.is_absolute() == pb.is_absolute():
+        return pa == pb
+    short, full = (pa.parts, pb.parts) if pb.is_absolute() else (pb.parts, pa.parts)
+    short = tuple(p for p in short if p != ".")
+    return 0 < len(short) <= len(full) and full[-len(short) :] == short
+
+
+def _path_labels(paths: list[str]) -> list[str]:
+    """The shortest part of each path that tells it from the others: the parents in which they differ,
+    without the trailing parts all share (``/x/gridA/toy-d64/s0/pt/final`` beside ``/x/gridB/...`` -> ``gridA``)."""
+    parts = [Path(p).parts for p in paths]
+    shared = 0
+    while all(len(p) > shared for p in parts) and len({p[-1 - shared] for p in parts}) == 1:
+        shared += 1
+    for depth in range(shared + 1, max(len(p) for p in parts) + 1):
+        tails = [p[max(0, len(p) - depth) : len(p) - shared] for p in parts]
+        if len(set(tails)) == len(set(parts)):
+            return ["/".join(t) or "." for t in tails]
+    return list(paths)
+
+
+def _value(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _differ(origins: list[Origin]) -> list[str]:
+    """What tells some of ``origins`` apart (:meth:`Origin.differences`), checkpoint and weights first."""
+    found = {d for a in origins for b in origins for d in a.differences(b)}
+    return [d for d in ("checkpoint", "weights") if d in found] + sorted(found - {"checkpoint", "weights"})
+
+
+def _apart_because(differ: list[str]) -> str:
+    """``differ`` (:func:`_differ`) in words: ``from different checkpoints, with other settings (seed)``."""
+    words = {"checkpoint": "from different checkpoints", "weights": "from other weights at one path"}
+    said = [words[d] for d in differ if d in words]
+    settings = [d for d in differ if d not in words]
+    return ", ".join(said + ([f"with other settings ({', '.join(settings)})"] if settings else []))
+
+
+def labels_apart(name: str, origins: list[Origin]) -> list[str]:
+    """A label per origin of one model's results (all different): ``name``, then in parentheses what tells
+    that origin from the others: the checkpoint's distinguishing parents (``toy-d64-s0-pt-final (gridA)``),
+    the time its weights were written when one path held other weights, the settings that differ
+    (``tiny (seed 7)``)."""
+    if len(origins) == 1:
+        return [name]
+    differ = _differ(origins)
+    paths = [o.checkpoint or "?" for o in origins]
+    paths = [next((q for q in paths if Path(q).is_absolute() and same_path(p, q)), p) for p in paths]  # one form
+    places = _path_labels(paths) if "checkpoint" in differ else None
+    labels = []
+    for i, origin in enumerate(origins):
+        parts = [places[i]] if places else []
+        if "weights" in differ:
+            parts.append(f"weights of {origin.modified or origin.weights}")
+        parts += [f"{k} {_value(origin.settings.get(k))}" for k in differ if k not in ("checkpoint", "weights")]
+        labels.append(f"{name} ({', '.join(parts)})")
+    if len(set(labels)) < len(labels):  # what tells them apart was not recorded alike: number them
+        labels = [f"{label} #{i + 1}" for i, label in enumerate(labels)]
+    return labels
+
+
+def read_tables(folder: str | Path, table: str, recursive: bool = False) -> list[Table]:
+    """Every ``<table>.parquet`` of a results folder, ``folder/<table>.parquet`` and
+    ``folder/*/<table>.parquet`` (``recursive``: every one below ``folder``, e.g. a study's ``analysis/``,
+    ``ruler/``...), each frame with a ``model`` column: its own, else the model its metadata names, else its
+    folder's name (tables written before every table had one)."""
     folder = Path(folder)
     if recursive:
         paths = sorted(p for p in folder.rglob(f"{table}.parquet") if p.is_file())
     else:
         paths = [p for p in [table_path(folder, table)] if p.is_file()]
         paths += sorted(p for p in folder.glob(f"*/{table}.parquet") if p.is_file())
-    frames = [read_table(p).frame for p in paths]
-    frames = [f for f in frames if len(f)]
+    found = []
+    for path in paths:
+        read = read_table(path)
+        if "model" not in read.frame.columns:
+            read = Table(read.frame.assign(model=read.meta.model or path.parent.name), read.meta, path)
+        found.append(read)
+    return found
+
+
+def collect(folder: str | Path, table: str, recursive: bool = False) -> pd.DataFrame:
+    """One table over every model of a results folder (:func:`read_tables`) concatenated; empty when none.
+
+    Results are keyed by what made them, not only by the model's name: where one name stands for the
+    results of several checkpoints (another path, or other weights at one path: :attr:`TableMeta.identity`)
+    or of other settings (all but :data:`ROW_SETTINGS`), each origin's rows get a ``model`` label of their
+    own saying what differs (:func:`labels_apart`: ``toy-d64-s0-pt-final (gridA)``, ``tiny (seed 7)``) and a
+    :class:`ResultsWarning` says so, so that no reader pools them. (Tables of many models, e.g. a study's,
+    keep their names.)"""
+    tables = [t for t in read_tables(folder, table, recursive) if len(t.frame)]
+    by_name: dict[str, list[tuple[Origin, list[int]]]] = {}  # name -> origins, each with its tables
+    for i, t in enumerate(tables):
+        if t.meta.model is None or set(t.frame["model"]) != {t.meta.model}:
+            continue
+        origin, known = Origin.of(t.meta), by_name.setdefault(t.meta.model, [])
+        same = next((members for o, members in known if not o.differences(origin)), None)
+        if same is None:
+            known.append((origin, [i]))
+        else:
+            same.append(i)
+    frames = [t.frame for t in tables]
+    for name, known in by_name.items():
+        if len(known) == 1:
+            continue
+        labels = labels_apart(name, [o for o, _ in known])
+        for label, (_, members) in zip(labels, known, strict=True):
+            for i in members:
+                frames[i] = frames[i].assign(model=label)
+        warnings.warn(
+            f"results named {name} were made {_apart_because(_differ([o for o, _ in known]))}; shown apart as "
+            + ", ".join(labels),
+            ResultsWarning,
+            stacklevel=2,
+        )
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -13,8 +13,10 @@ eval`` or ``shortctx eval`` output or a whole study folder), so nothing here kno
 * ``ablation``: needle accuracy per condition (baseline, top / random / named heads ablated), one row per
   checkpoint x task x length; random sets as their mean with the range over seeds.
 
-A table without a ``model`` column (the ``retrieval`` tables ``analyze`` wrote before every table got one)
-takes the model its metadata names.
+Rows are keyed by what made them (:func:`headprobe.results.collect`): a table without a ``model`` column
+(the ``retrieval`` tables ``analyze`` wrote before every table got one) takes the model its metadata names,
+and results of different checkpoints or settings that share a name are shown apart, each labelled with what
+differs (``toy-d64-s0-pt-final (gridA)``, ``tiny (seed 7)``), never pooled into one row.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
-from headprobe.results import ResultsError, read_table
+from headprobe.results import ResultsError, collect
 
 SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation")
 SCORE_COLUMNS = {"value": "copies/span", "set_value": "set (0-1)"}  # the retrieval table's two forms, as shown
@@ -45,29 +47,10 @@ class ShownTable:
     note: str = ""
 
 
-def _collect(folder: Path, table: str) -> pd.DataFrame:
-    """Every ``<table>.parquet`` below ``folder`` concatenated, as ``collect(folder, table, recursive=True)``,
-    with a missing ``model`` column taken from each file's metadata (an older results folder); empty when
-    there is none."""
-    frames = []
-    for path in sorted(p for p in folder.rglob(f"{table}.parquet") if p.is_file()):
-        found = read_table(path)
-        frame = found.frame
-        if "model" not in frame.columns:
-            if not found.meta.model:
-                raise ResultsError(
-                    f"{path} has no `model` column and its metadata names no model; rerun the command that wrote it"
-                )
-            frame = frame.assign(model=found.meta.model)
-        if len(frame):
-            frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
 def _per_layer_type(frame: pd.DataFrame, what: str) -> ShownTable:
     table = frame.groupby(["model", "layer_type"])["value"].mean().unstack("layer_type")
     return ShownTable(
-        f"{what}: mean per layer type", table, "one row per checkpoint; means over heads, lengths, samples"
+        f"{what}: mean per layer type", table, "one row per checkpoint and settings; means over heads, lengths, samples"
     )
 
 
@@ -86,11 +69,11 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
         out += _retrieval_tables(folder, top)
     for name in ("entropy", "reordering", "erank"):
         if name in wanted:
-            frame = _collect(folder, name)
+            frame = collect(folder, name, recursive=True)
             if not frame.empty:
                 out.append(_per_layer_type(frame, name))
     if "ruler" in wanted:
-        frame = _collect(folder, "ruler_scores")
+        frame = collect(folder, "ruler_scores", recursive=True)
         if not frame.empty:
             rows = frame[frame["scope"].isin(["length", "overall"])].copy()
             rows["row"] = rows.apply(
@@ -101,7 +84,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                 ShownTable("RULER-style score by length", table, "0-100; mean over the tasks scored at each length")
             )
     if "shortctx" in wanted:
-        frame = _collect(folder, "shortctx_scores")
+        frame = collect(folder, "shortctx_scores", recursive=True)
         if not frame.empty:
             frame = frame.assign(column=frame["task"] + " " + frame["metric"])
             table = frame.pivot_table(index="model", columns="column", values="value", aggfunc="first", sort=False)
@@ -113,13 +96,14 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                 )
             )
     if "ablation" in wanted:
-        frame = _collect(folder, "ablation")
+        frame = collect(folder, "ablation", recursive=True)
         if not frame.empty:
+            note = "0-1, depths pooled by their prompts; random: mean over the seeds' sets (lowest-highest)"
             out.append(
                 ShownTable(
                     "needle accuracy with heads ablated",
                     ablation_table(frame),
-                    "0-1, depths pooled by their prompts; random: mean over the seeds' sets (lowest-highest)",
+                    "; ".join([note, *baseline_caveats(frame)]),
                 )
             )
     if not out:
@@ -134,7 +118,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
 def _retrieval_tables(folder: Path, top: int) -> list[ShownTable]:
     """The top heads per checkpoint and the retrieval-head counts per layer type (none without a table)."""
     out: list[ShownTable] = []
-    frame = _collect(folder, "retrieval")
+    frame = collect(folder, "retrieval", recursive=True)
     if not frame.empty:
         forms = [c for c in ("value", "set_value") if c in frame.columns]  # set_value: written since revision 5
         heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)[forms].mean()
@@ -189,3 +173,19 @@ def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
     return shown.pivot_table(
         index=["model", "task", "length"], columns="column", values="accuracy", aggfunc="first", sort=False
     )
+
+
+def baseline_caveats(frame: pd.DataFrame) -> list[str]:
+    """A warning per model of an ``ablation`` table whose baseline (nothing ablated) found no needle at some
+    task and length: there ablating heads can lower nothing, so the test shows nothing about them."""
+    base = frame[frame["condition"] == "baseline"]
+    base = base.assign(hits=base["accuracy"] * base["n"])
+    cells = base.groupby(["model", "task", "length"], sort=False)[["hits", "n"]].sum().reset_index()
+    out = []
+    for model, zero in cells[cells["hits"] == 0].groupby("model", sort=False):
+        where = ", ".join(f"{r.task} @ {int(r.length):,}" for r in zero.itertuples())
+        out.append(
+            f"{model}: baseline accuracy 0 at {where}: unablated it never finds the needle there, so ablating heads "
+            "can show nothing; choose lengths and needles it answers (analyze's retrieval_samples show which)"
+        )
+    return out

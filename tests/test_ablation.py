@@ -179,7 +179,7 @@ def test_head_sets_top_and_random(tmp_path):
     scores = {(h.layer, h.head): 0.0 for h in every}
     scores.update({(2, 1): 0.9, (0, 3): 0.5, (1, 0): 0.5, (1, 2): math.nan, (2, 2): 0.1, (0, 0): 0.09})
     _retrieval_folder(tmp_path, scores)
-    ranking = ranked_heads(tmp_path, "other-name")  # one model's folder is taken whatever its name
+    ranking = ranked_heads(tmp_path, None, "m")  # tables that record no checkpoint are taken by name
     ranked = ranking.heads
     assert ranking.model == "m" and ranked[:4] == [Head(2, 1), Head(0, 3), Head(1, 0), Head(2, 2)]
     assert Head(1, 2) not in ranked and ranking.retrieval_heads == {Head(2, 1), Head(0, 3), Head(1, 0), Head(2, 2)}
@@ -200,7 +200,9 @@ def test_head_sets_top_and_random(tmp_path):
     again = [set(c.heads) for c in conditions(s, every, ranking) if c.condition == "random" and c.mode == "zero"]
     assert again == drawn  # the same sets for the same seeds
     assert runs[5].heads == (Head(0, 0), Head(2, 3)) and runs[5].columns()["heads"] == "0.0,2.3"
-    with pytest.raises(AblationError, match="top:20: only 11 heads have a retrieval score"):
+    # heads scoring 0 are not ranked: 5 copied the needle at all (0.0 with 0.09 too), 4 of them >= 0.1
+    assert len(ranked) == 5 and ranked[4] == Head(0, 0)
+    with pytest.raises(AblationError, match=r"top:20: only 5 heads of m in .* copied the needle at all .*4 of them"):
         conditions(AblateSettings(heads=["top:20"], from_results=str(tmp_path)), every, ranking)
     with pytest.raises(AblationError, match="random:9: only 8 heads are not retrieval heads"):  # 12 - 4 (1.2: unscored)
         conditions(AblateSettings(heads=["random:9"], from_results=str(tmp_path)), every, ranking)
@@ -208,16 +210,18 @@ def test_head_sets_top_and_random(tmp_path):
 
 def test_ranked_heads_says_what_is_wrong_with_the_folder(tmp_path):
     with pytest.raises(
-        AblationError, match="holds no retrieval table; run `headprobe analyze MODEL --metrics retrieval"
+        AblationError, match=r"holds no retrieval table .*; run `headprobe analyze MODEL --metrics retrieval --out NEW"
     ):
-        ranked_heads(tmp_path, "m")
+        ranked_heads(tmp_path, None, "m")
     _retrieval_folder(tmp_path / "a", {(0, 0): math.nan, (0, 1): math.nan})
     with pytest.raises(AblationError, match="scores no head: no needle sample was kept"):
-        ranked_heads(tmp_path / "a", "m")
+        ranked_heads(tmp_path / "a", None, "m")
     _retrieval_folder(tmp_path / "b", {(0, 0): 0.5}, model="x")
     _retrieval_folder(tmp_path / "b", {(0, 0): 0.5}, model="y")
-    with pytest.raises(AblationError, match="holds retrieval scores of x, y, not of m"):
-        ranked_heads(tmp_path / "b", "m")
+    with pytest.raises(
+        AblationError, match=r"holds retrieval scores of x \(another model\), y \(another model\), not of m;"
+    ):
+        ranked_heads(tmp_path / "b", None, "m")
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +237,7 @@ def tiny_ckpt(tmp_path_factory):
     [
         (["--heads", "top:3"], "--heads top:K ranks heads by their retrieval scores: give --from"),
         (["--heads", "top:3", "--from", "{tmp}/none"], "--from {tmp}/none is not a folder"),
-        (["--heads", "top:3", "--from", "{tmp}"], "holds no retrieval table; run `headprobe analyze"),
+        (["--heads", "top:3", "--from", "{tmp}"], "and give --from NEW_FOLDER"),
         (["--heads", "9.0"], "tiny has no head 9.0: it has layers 0-3"),
         (["--heads", "top:0", "--from", "{tmp}"], "--heads 'top:0': write top:K or random:K with K >= 1"),
         (["--heads", "1.0", "--tasks", "needle,vt"], "--tasks vt: choose among needle, niah_single_1"),

@@ -130,9 +130,13 @@ def test_explore_refuses_the_results_of_another_model(tmp_path, ckpt):
         write_table(tmp_path / "res" / name / "retrieval.parquet", frame, TableMeta("retrieval", name))
     page = tmp_path / "page.html"
     refused(invoke("explore", ckpt, "--needle", "--length", "512", "--results", tmp_path / "res", "--export", page),
-            "holds results of other-a, other-b, not of tiny", "give this model's analyze folder")  # fmt: skip
-    big = pd.DataFrame([{**rows[0], "model": "solo", "layer": 40}])
-    write_table(tmp_path / "solo" / "solo" / "retrieval.parquet", big, TableMeta("retrieval", "solo"))
+            "holds results of other-a (another checkpoint), other-b (another checkpoint), not of tiny",
+            "give the folder that `headprobe analyze` of this model wrote")  # fmt: skip
+    # a folder of one other model's results is refused too (it was taken whatever its name: issue 37)
+    refused(invoke("explore", ckpt, "--needle", "--length", "512", "--results", tmp_path / "res" / "other-a",
+                   "--export", page), "holds results of other-a (another checkpoint), not of tiny")  # fmt: skip
+    big = pd.DataFrame([{**rows[0], "model": "tiny", "layer": 40}])  # a table of this name that records no path
+    write_table(tmp_path / "solo" / "tiny" / "retrieval.parquet", big, TableMeta("retrieval", "tiny"))
     refused(invoke("explore", ckpt, "--needle", "--length", "512", "--results", tmp_path / "solo", "--export", page),
-            "solo's retrieval table has heads tiny lacks (layer 40")  # fmt: skip
+            "tiny's retrieval table has heads tiny lacks (layer 40")  # fmt: skip
     assert not page.exists()

@@ -3,8 +3,10 @@
 Head sets (``heads``), each ablated in every ``mode``:
 
 ==============  ==========================================================================================
-``top:K``       the K heads with the highest retrieval score in ``from_results`` (an ``analyze`` output;
-                the mean over its lengths; heads never scored are not ranked)
+``top:K``       the K heads with the highest retrieval score in ``from_results`` (an ``analyze`` output of
+                this very checkpoint; the mean over its lengths). Heads that never copied the needle
+                (score 0, or unscored) are not ranked: a K beyond the heads that did is refused, and the
+                run says how many of the K score below the retrieval-head threshold
 ``random:K``    K heads drawn per seed in ``seeds``, uniformly among the model's heads that are not
                 retrieval heads: outside every ``top`` set of the run and, with ``from_results``, scoring
                 below the retrieval-head threshold (0.1) there. The control: as many heads, none of
@@ -24,12 +26,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import parse_dtype
 from headprobe.hooked.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
+from headprobe.metrics.retrieval import retrieval_tries
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
-from headprobe.results import collect, results_of
-from headprobe.runs import repeated_lengths
+from headprobe.model.config import LayerInfo
+from headprobe.results import read_tables
+from headprobe.runs import repeated_lengths, tables_of
 from headprobe.text.needles import needle_set
 from headprobe.text.prompt_format import parse_prompt_format
 
@@ -163,44 +169,109 @@ def parse_spec(spec: str) -> tuple[str, int | list[Head]]:
 @dataclass(frozen=True)
 class Ranking:
     """The heads of one model by retrieval score: ``heads`` from the highest mean score (over the table's
-    lengths) down, ties by layer then head, unscored heads left out; ``scores`` by head; ``model``: whose
-    table it was."""
+    lengths) down, ties by layer then head, heads that never copied the needle (score 0, or unscored) left
+    out; ``scores`` by head; ``model``: whose table it was; ``folder``: where it was read; ``shape``: the
+    heads of each layer of the model the table describes (every head it holds a row of, scored or not)."""
 
     heads: list[Head]
     scores: dict[Head, float]
     model: str
+    folder: str = ""
+    shape: tuple[int, ...] = ()
 
     @property
     def retrieval_heads(self) -> set[Head]:
         """Heads at or above the retrieval-head threshold (the study's rule, docs/metrics.md)."""
         return {h for h, v in self.scores.items() if v >= RETRIEVAL_THRESHOLD}
 
+    def below_threshold(self, k: int) -> int:
+        """How many of the top ``k`` heads score below the retrieval-head threshold (they copy, but too
+        rarely to be retrieval heads)."""
+        return sum(h not in self.retrieval_heads for h in self.heads[:k])
 
-def ranked_heads(from_results: str | Path, model: str) -> Ranking:
-    """The :class:`Ranking` of ``model``'s heads in ``from_results``' ``retrieval`` table. A folder of one
-    model's results is taken for it whatever its name (a GGUF file and its folder may be named apart);
-    raises :class:`AblationError` when there is no usable table."""
-    table = collect(from_results, "retrieval", recursive=True)
-    if table.empty:
+    def check_fits(self, layers: Sequence[LayerInfo], name: str, checkpoint: str | Path) -> None:
+        """Refuse a ranking whose table describes a model of another shape than ``name``'s (``layers``):
+        its heads would be ablated in another model, or be heads this one lacks."""
+        mine = tuple(info.n_heads for info in layers)
+        if self.shape and self.shape != mine:
+            raise AblationError(
+                f"`from_results` {self.folder} holds retrieval scores of another model than {name}: {self.model} "
+                f"there has {describe_shape(self.shape)}, {name} has {describe_shape(mine)}; "
+                f"{analyze_instead(checkpoint)}"
+            )
+
+
+def describe_shape(heads: Sequence[int]) -> str:
+    """A model's heads per layer in words: ``4 layers of 8 heads``, ``4 layers (4, 4, 4, 2 heads)``."""
+    if len(set(heads)) == 1:
+        return f"{len(heads)} layers of {heads[0]} heads"
+    return f"{len(heads)} layers ({', '.join(map(str, heads))} heads)"
+
+
+def analyze_instead(checkpoint: str | Path | None) -> str:
+    """The fix when ``from_results`` cannot rank a checkpoint's heads: analyze it into a new folder (a results
+    folder holds one command's results, so not into ``from_results`` when another command wrote it), then
+    give that folder."""
+    model = checkpoint or "MODEL"
+    return (
+        f"run `headprobe analyze {model} --metrics retrieval --out NEW_FOLDER` (a new folder) and give "
+        "`from_results` NEW_FOLDER, or name the heads (LAYER.HEAD,...)"
+    )
+
+
+def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: str) -> Ranking:
+    """The :class:`Ranking` of the heads of the checkpoint at ``checkpoint`` (results name ``name``) in
+    ``from_results``' ``retrieval`` tables: those of this checkpoint, by identity
+    (:func:`headprobe.runs.tables_of`: a GGUF file's results serve its converted folder, and back; without a
+    ``checkpoint``, those of ``name``). Raises :class:`AblationError` when there is none, or no sample was
+    kept."""
+    found = [t for t in read_tables(from_results, "retrieval", recursive=True) if len(t.frame)]
+    if not found:
         raise AblationError(
-            f"`from_results` {from_results} holds no retrieval table; run `headprobe analyze MODEL --metrics "
-            f"retrieval --out {from_results}` first, or name the heads (LAYER.HEAD,...)"
+            f"`from_results` {from_results} holds no retrieval table (`headprobe analyze --metrics retrieval` "
+            f"writes it); {analyze_instead(checkpoint)}"
         )
-    chosen = results_of(table["model"], model)
-    if chosen is None:
+    mine, held = tables_of(found, checkpoint, name)
+    if not mine:
         raise AblationError(
-            f"`from_results` {from_results} holds retrieval scores of {', '.join(sorted(set(table['model'])))}, "
-            f"not of {model}; give the folder of this model's analysis"
+            f"`from_results` {from_results} holds retrieval scores of {held}, not of {name}"
+            + (f" ({checkpoint})" if checkpoint else "")
+            + f"; {analyze_instead(checkpoint)}"
         )
-    scores = table[table["model"] == chosen].groupby(["layer", "head"])["value"].mean().dropna()
+    chosen = mine[0].meta.model or name
+    table = pd.concat([t.frame for t in mine], ignore_index=True)
+    scores = table.groupby(["layer", "head"])["value"].mean().dropna()
     if scores.empty:
+        facts, settings = mine[0].meta.model_facts or {}, mine[0].meta.settings or {}
+        chat, asked = bool(facts.get("chat_template")), str(settings.get("prompt_format"))
+        tries = retrieval_tries({"chat" if asked == "auto" and chat else asked}, str(settings.get("needles")), chat)
         raise AblationError(
             f"the retrieval table of {chosen} in {from_results} scores no head: no needle sample was kept. Rerun "
-            "analyze so that the model answers (e.g. --prompt-format chat, shorter --lengths) before ablating top heads"
+            f"analyze so that the model answers before ablating top heads: try {', or '.join(tries)}"
         )
-    order = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
+    order = sorted(scores[scores > 0].items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1]))
     by_head = {Head(int(layer), int(head)): float(v) for (layer, head), v in order}
-    return Ranking(list(by_head), by_head, chosen)
+    layer_heads = table.groupby("layer")["head"].max()
+    shape = tuple(int(layer_heads.get(layer, -1)) + 1 for layer in range(int(layer_heads.index.max()) + 1))
+    return Ranking(list(by_head), by_head, chosen, str(from_results), shape)
+
+
+def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
+    """Refuse a ``top:K`` of ``s.heads`` that asks for more heads than copied the needle at all in the
+    ranking's table (the rest would be heads scoring 0, picked by their index, not by any score)."""
+    ranked = [] if ranking is None else ranking.heads
+    for kind, k in (parse_spec(h) for h in s.heads):
+        if kind == "top" and len(ranked) < k:  # type: ignore[operator]
+            where = "" if ranking is None else f" of {ranking.model} in {ranking.folder}"
+            retrieving = 0 if ranking is None else len(ranking.retrieval_heads)
+            raise AblationError(
+                f"`heads` top:{k}: only {len(ranked)} heads{where} copied the needle at all (retrieval score > 0; "
+                f"{retrieving} of them at or above the retrieval-head threshold {RETRIEVAL_THRESHOLD}); ask for "
+                f"top:{len(ranked)} or fewer, or name the heads (LAYER.HEAD,...)"
+                if ranked
+                else f"`heads` top:{k}: no head{where} copied the needle (every retrieval score is 0); name the "
+                "heads (LAYER.HEAD,...) instead"
+            )
 
 
 def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | None) -> list[Condition]:
@@ -209,11 +280,7 @@ def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | 
     specs = [parse_spec(h) for h in s.heads]
     tops = [k for kind, k in specs if kind == "top"]
     ranked = [] if ranking is None else ranking.heads
-    for k in tops:
-        if len(ranked) < k:  # type: ignore[operator]
-            raise AblationError(
-                f"`heads` top:{k}: only {len(ranked)} heads have a retrieval score; ask for top:{len(ranked)} or fewer"
-            )
+    check_tops(s, ranking)
     excluded = set(ranked[: max(tops, default=0)])  # type: ignore[type-var]
     if ranking is not None:
         excluded |= ranking.retrieval_heads

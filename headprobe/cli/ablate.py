@@ -63,7 +63,7 @@ def ablate(
     from headprobe.ablation import ablate as run
     from headprobe.cli.progress import progress_bar
     from headprobe.cli.show import print_tables
-    from headprobe.show import ShownTable, ablation_table
+    from headprobe.show import ShownTable, ablation_table, baseline_caveats
 
     check_run(ctx, out, device)
     check_counts(ctx, ("--samples", samples, 1), ("--max-new-tokens", max_new_tokens, 1))
@@ -95,6 +95,8 @@ def ablate(
     for name, table in report.results.items():
         typer.echo(f"{name}: {out / name}")
         print_tables([ShownTable("needle accuracy with heads ablated", ablation_table(table.assign(model=name)))])
+        for caveat in baseline_caveats(table.assign(model=name)):
+            typer.secho(f"warning: {caveat}", fg=typer.colors.YELLOW, err=True)
     for name, message in report.errors.items():
         say_error(f"{name}: {message}", ctx)
     if report.errors:

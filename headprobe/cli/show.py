@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -32,10 +35,30 @@ def show(
     if top < 1:
         raise fail(f"--top {top}: list at least 1 head", ctx)
     try:
-        tables = show_tables(results, words(metric) if metric else None, top)
+        with results_warnings():
+            tables = show_tables(results, words(metric) if metric else None, top)
     except HeadprobeError as err:
         raise fail(err, ctx) from None
     print_tables(tables)
+
+
+@contextmanager
+def results_warnings() -> Iterator[None]:
+    """Each distinct :class:`headprobe.results.ResultsWarning` raised inside (e.g. results sharing a name read
+    apart) printed once, as a ``warning:`` line on stderr, when the block ends."""
+    from headprobe.results import ResultsWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResultsWarning)
+        try:
+            yield
+        finally:
+            for w in caught:  # any other warning as Python would have shown it
+                if not issubclass(w.category, ResultsWarning):
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+            said = dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, ResultsWarning))
+            for message in said:
+                typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
 
 
 def print_tables(tables: list) -> None:

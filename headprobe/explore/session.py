@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -36,8 +37,8 @@ from headprobe.metrics.retrieval import answer_stops, copy_scores, decode_argmax
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
-from headprobe.results import collect, results_of
-from headprobe.runs import MemoryBudget, Progress, Silent, require_fits
+from headprobe.results import read_tables
+from headprobe.runs import MemoryBudget, Progress, Silent, require_fits, tables_of
 from headprobe.stats import attention_stats
 
 # per-head metrics: name -> (label, description); the metrics themselves: headprobe.metrics.METRICS
@@ -128,6 +129,8 @@ class ModelView:
         self._tile_bytes = 0
         self._lse: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}  # (layer, head) -> (lse [L], known [L])
         progress = progress or Silent()
+        # another checkpoint's results are refused before the passes
+        from_results = {} if results is None else self._results_metrics(Path(results))
         self.check_memory()
         progress.start(3, f"{name}: forward pass over {inp.length:,} tokens")
         self.captures: dict[int, Capture] = {}
@@ -145,8 +148,7 @@ class ModelView:
             self.metrics["retrieval"] = self.evidence["scores"]
             self.metrics["retrieval_set"] = self.evidence["set_scores"]
         progress.advance()
-        if results is not None:
-            self.metrics |= self._results_metrics(Path(results))
+        self.metrics |= from_results
 
     # -- loading ---------------------------------------------------------------------------------
     @property
@@ -264,25 +266,24 @@ class ModelView:
         metrics (means over the lengths and samples there)."""
         if not folder.is_dir():
             raise ExploreError(f"--results {folder}: no such folder; give a `headprobe analyze` output folder")
-        tables = {t: collect(folder, t) for t in ("retrieval", "entropy", "reordering")}
-        tables = {t: f for t, f in tables.items() if not f.empty and "model" in f}
-        held = sorted({m for f in tables.values() for m in f["model"].unique()})
-        if not held:
+        found = {t: [f for f in read_tables(folder, t) if len(f.frame)] for t in ("retrieval", "entropy", "reordering")}
+        if not any(found.values()):
             raise ExploreError(
                 f"--results {folder} holds no retrieval, entropy or reordering table; give a `headprobe analyze` "
                 "output folder"
             )
-        chosen = results_of(held, self.name)  # one model's folder is taken whatever its name, if its heads fit
-        if chosen is None:
+        # this checkpoint's results, by identity (a GGUF file's results serve its converted folder and back)
+        mine = {t: tables_of(fs, self.model.folder, self.name) for t, fs in found.items()}
+        tables = {t: pd.concat([f.frame for f in fs], ignore_index=True) for t, (fs, _) in mine.items() if fs}
+        if not tables:
+            held = ", ".join(dict.fromkeys(why for _, why in mine.values() if why))
             raise ExploreError(
-                f"--results {folder} holds results of {', '.join(held)}, not of {self.name}; give this model's "
-                "analyze folder"
+                f"--results {folder} holds results of {held}, not of {self.name} ({self.model.folder}); give the "
+                f"folder that `headprobe analyze` of this model wrote (its --out)"
             )
         out = {}
         for table, frame in tables.items():
-            frame = frame[frame["model"] == chosen]
-            if frame.empty:
-                continue
+            chosen = frame["model"].iloc[0]
             if frame["layer"].max() >= len(self.layers) or frame["head"].max() >= self.max_heads:
                 raise ExploreError(
                     f"--results {folder}: {chosen}'s {table} table has heads {self.name} lacks (layer "
