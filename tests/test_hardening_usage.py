@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_checks import invoke, refused
+from cli_checks import invoke, refused, snapshot
 
 from headprobe.ablation import AblateSettings
+from headprobe.ablation.settings import ranked_heads
 from headprobe.analysis import AnalyzeSettings
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.hooked import load_model
+from headprobe.hooked.ablation import AblationError
 from headprobe.results import TableMeta, write_table
 from headprobe.runs import checkpoint_name
 from headprobe.testing import tiny_checkpoint
@@ -113,3 +115,67 @@ def test_figures_only_names_the_table_its_figure_needs(tmp_path):
     assert not out.exists()
     drawn = invoke("figures", results, "--only", "ablation,model_retrieval_heads", "--out", out)
     assert drawn.exit_code == 0 and (out / "model_retrieval_heads.png").is_file(), drawn.output  # one of two: drawn
+
+
+@pytest.fixture(scope="module")
+def two_layers(tmp_path_factory) -> Path:
+    """A tiny model of 2 layers of 4 heads (the toy has 4 layers: 4, 4, 4, 2 heads)."""
+    root = tmp_path_factory.mktemp("other")
+    return tiny_checkpoint(root / "two" / "s0" / "pt" / "final", vocab_size=264, max_seq_len=1024, n_layers=2)
+
+
+TOY_SCORES = {(layer, head): 0.5 if (layer, head) in {(3, 1), (1, 2)} else 0.0
+              for layer in range(4) for head in range(2 if layer == 3 else 4)}  # fmt: skip
+
+
+def test_ablate_from_results_of_another_shape_says_so_and_what_to_give(two_layers, tmp_path):
+    """Results under this model's own name (as a table that records no checkpoint has it) but of a model of
+    another shape: named with both shapes, not as a head the user never named ("has no head 3.1")."""
+    results = _retrieval_folder(tmp_path / "analyze", "two-s0-pt-final", TOY_SCORES)
+    out = tmp_path / "out"
+    res = invoke("ablate", two_layers, "--from", results, "--heads", "top:2", "--lengths", "256", "--out", out)
+    line = refused(res, f"--from {results} holds retrieval scores of another model than two-s0-pt-final",
+                   "there has 4 layers (4, 4, 4, 2 heads), two-s0-pt-final has 2 layers of 4 heads",
+                   f"run `headprobe analyze {two_layers} --metrics retrieval --out NEW_FOLDER`",
+                   "give --from NEW_FOLDER")  # fmt: skip
+    assert "no head" not in line and not out.exists()
+
+
+def test_ablate_from_another_checkpoints_results_names_both(toy, two_layers, tmp_path):
+    results = tmp_path / "analyze"
+    done = invoke("analyze", toy, "--metrics", "retrieval", "--lengths", "256", "--samples", "1", "--out", results,
+                  "--no-progress")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "out"
+    res = invoke("ablate", two_layers, "--from", results, "--heads", "top:2", "--lengths", "256", "--out", out)
+    refused(res, f"--from {results} holds retrieval scores of toy-x-s0-pt-final", "not of two-s0-pt-final",
+            f"run `headprobe analyze {two_layers} --metrics retrieval --out NEW_FOLDER`")  # fmt: skip
+    assert not out.exists()
+
+
+def test_ablate_from_a_folder_of_another_command_suggests_an_analysis_that_works(toy, tmp_path):
+    """The fix offered is an analysis into a new folder: analyze refuses a folder of another command."""
+    ruler = tmp_path / "ruler"
+    done = invoke("ruler", "eval", toy, "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1",
+                  "--out", ruler, "--no-progress")  # fmt: skip
+    assert done.exit_code == 0, done.output
+    held = snapshot(ruler)
+    res = invoke("ablate", toy, "--from", ruler, "--heads", "top:2", "--lengths", "256", "--out", tmp_path / "out")
+    line = refused(res, f"--from {ruler} holds no retrieval table", "--out NEW_FOLDER", "give --from NEW_FOLDER")
+    assert f"--out {ruler}" not in line
+    command = line.split("run `headprobe ")[1].split("`")[0].replace("NEW_FOLDER", str(tmp_path / "new")).split()
+    assert invoke(*command, "--lengths", "256", "--samples", "1", "--no-progress").exit_code == 0  # as offered: works
+    assert snapshot(ruler) == held
+
+
+@pytest.mark.parametrize(("chat_template", "offers_chat"), [(False, False), (True, True)])
+def test_a_ranking_without_scores_offers_chat_only_to_a_model_with_a_template(tmp_path, chat_template, offers_chat):
+    rows = [{"model": "m", "layer": 0, "head": h, "layer_type": "full", "value": float("nan"), "n_kept": 0,
+             "n_samples": 2, "length": 256} for h in range(2)]  # fmt: skip
+    meta = TableMeta("retrieval", "m", settings={"prompt_format": "plain", "needles": "builtin"},
+                     model_facts={"chat_template": chat_template})  # fmt: skip
+    write_table(tmp_path / "m" / "retrieval.parquet", pd.DataFrame(rows), meta)
+    with pytest.raises(AblationError, match="scores no head") as err:
+        ranked_heads(tmp_path, None, "m")
+    assert ("--prompt-format chat" in str(err.value)) == offers_chat
+    assert ("--needles codes" in str(err.value)) == (not chat_template)
