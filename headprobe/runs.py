@@ -265,6 +265,18 @@ class Parts:
                     found.setdefault(name, (meta.key[name], new[name]))
         return found
 
+    def weights_changed(self, checkpoint: str | Path) -> str | None:
+        """When the weights a finished part was made from were written, if the checkpoint at ``checkpoint``
+        (the same path) holds other weights now (:func:`checkpoint_identity`); ``None`` when every part
+        records these weights, or no weights (written before headprobe recorded them)."""
+        now = checkpoint_identity(checkpoint).get("weights")
+        for path in sorted(self.folder.glob("*.parquet")) if now else []:
+            meta = read_meta(path)
+            made = (meta.identity or {}) if meta is not None else {}
+            if made.get("weights") and made["weights"] != now:
+                return str(made.get("modified"))
+        return None
+
     def keys(self, table: str) -> dict[str, dict[str, Any] | None]:
         """Every finished part of ``table`` by item (``entropy-512-s0.parquet`` -> ``512-s0``), with its
         resume key (``None`` for a file without one)."""
@@ -292,6 +304,12 @@ def check_parts(
     adds what the ``free`` fields vary (metrics, lengths, head sets ...) to a folder, and never replaces one
     model's results by another's, or mixes settings."""
     found = parts.differences(keys, free, by, own)
+    checkpoint = next((k["checkpoint"] for k in keys if k.get("checkpoint")), None)
+    if checkpoint and "checkpoint" not in found and (when := parts.weights_changed(checkpoint)):
+        raise OutputRefused(
+            f"{folder} holds results of {checkpoint} as it was on {when}; its weights have changed since (retrained "
+            f"or replaced), so they are no longer its results: give another `out`, or delete {folder} to redo them"
+        )
     if "checkpoint" in found:
         raise OutputRefused(
             f"{folder} holds the results of another checkpoint ({found['checkpoint'][0]}); give another `out`, "

@@ -318,3 +318,17 @@ def test_a_shortctx_rerun_with_another_task_adds_it(tiny, tmp_path):
     assert json.loads((out / "run.json").read_text())["settings"]["task"] == ["builtin", "arc"]
     res = invoke("shortctx", "eval", tiny, "--out", out, "--no-progress", "--limit", "6")
     refused(res, "holds results made with other settings", "--limit 5 there, 6 now")
+
+
+def test_results_of_a_checkpoint_retrained_at_its_path_are_not_reused(tmp_path):
+    ckpt = tiny_checkpoint(tmp_path / "tiny", seed=0, vocab_size=264, max_seq_len=1024)
+    out = tmp_path / "out"
+    assert _analyze(ckpt, out, "entropy", "128").exit_code == 0
+    ruler = ("ruler", "eval", ckpt, "--out", tmp_path / "r", "--tasks", "niah_single_1", "--lengths", "600",
+             "--samples", "1", "--no-progress")  # fmt: skip
+    assert invoke(*ruler).exit_code == 0
+    before = snapshot(out)
+    tiny_checkpoint(ckpt, seed=1, vocab_size=264, max_seq_len=1024)  # retrained: other weights, the same path
+    refused(_analyze(ckpt, out, "entropy", "128"), "its weights have changed since", "delete")
+    assert snapshot(out) == before
+    refused(invoke(*ruler), "the checkpoint's weights have changed since")

@@ -45,6 +45,7 @@ from headprobe.runs import (
     Progress,
     RunReport,
     Silent,
+    checkpoint_identity,
     checkpoint_name,
     done_earlier,
     require_fits,
@@ -253,6 +254,7 @@ def evaluate(
     store = Predictions(out, ranks.rank)
     wrapper = model.prompt_wrapper(settings.prompt_format) if run.samples is None else None  # data: as generated
     key = settings.key(checkpoint, model.prompt_start, "as in `data`" if wrapper is None else wrapper.template)
+    key["weights"] = checkpoint_identity(checkpoint).get("weights")  # retrained at the same path: not its results
     store.check(key)  # before generating: a refusal costs nothing
     samples = load_samples(model, run, wrapper)  # every process generates the same samples
     if run.samples is not None:

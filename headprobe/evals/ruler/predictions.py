@@ -41,7 +41,12 @@ class Predictions:
         old = json.loads(path.read_text(encoding="utf-8"))
         differ = sorted(k for k in key if k in old and old[k] != key[k])  # a field older runs did not record: any
         if differ:
-            changes = "; ".join(f"`{k}` {_shown(old[k])} there, {_shown(key[k])} now" for k in differ)
+            changes = "; ".join(
+                "the checkpoint's weights have changed since (retrained or replaced)"
+                if k == "weights"
+                else f"`{k}` {_shown(old[k])} there, {_shown(key[k])} now"
+                for k in differ
+            )
             raise RulerError(
                 f"{self.folder.parent} holds predictions made with other settings ({changes}); rerun with those, "
                 f"use another `out`, or delete {self.folder.parent} to start over"
