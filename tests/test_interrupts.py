@@ -148,9 +148,9 @@ from headprobe.cli import install_interrupts
 from headprobe.core.atomic import folder_lock
 install_interrupts()
 with folder_lock(Path(sys.argv[1])):
-    print("holding", flush=True)
     while True:  # work that does not unwind (as a long native call would not)
-        try:
+        try:  # "holding" said inside: the signal that follows it cannot land outside the try
+            print("holding", flush=True)
             time.sleep(100)
         except KeyboardInterrupt:
             pass
@@ -166,7 +166,8 @@ def test_a_process_that_does_not_unwind_is_ended_after_the_grace_period_with_its
     )
     assert proc.stdout.readline().strip() == "holding" and out.is_dir()
     took, err = stop(proc, signal.SIGTERM)
-    assert GRACE - 0.5 < took < GRACE + 5 and proc.returncode == 130 and "stopped (interrupted)" in err
+    assert GRACE - 0.5 < took < GRACE + 5 and proc.returncode == 130
+    assert err.splitlines()[-1] == "interrupted: nothing was kept; rerun the same command", err
     assert not out.exists()  # the lock's cleanup ran: the folder it made (empty) is gone with the lock file
 
 
@@ -205,7 +206,7 @@ def test_work_that_an_interrupt_ended_otherwise_still_ends_as_interrupted(tmp_pa
     ends as interrupted (130, how to resume), whether the block raised or returned."""
     import typer
 
-    from headprobe.cli.common import Session, resumable
+    from headprobe.cli.common import Session, resumable, say_interrupted
     from headprobe.model.checkpoint import CheckpointError
 
     class Ctx:  # a command's context: its root holds the session
@@ -216,10 +217,169 @@ def test_work_that_an_interrupt_ended_otherwise_still_ends_as_interrupted(tmp_pa
             return self
 
     damaged = CheckpointError("cannot read safetensors (could not determine the shape of object type ...)")
+    (tmp_path / "part.parquet").write_text("finished")
     for body in (lambda: (_ for _ in ()).throw(damaged), lambda: None):
-        with pytest.raises(typer.Exit) as stop, resumable(tmp_path, Ctx(Session(interrupted=True))):
+        session = Session(interrupted=True)
+        with pytest.raises(typer.Exit) as stop, resumable(tmp_path, Ctx(session)):
             body()
         assert stop.value.exit_code == 130
-        assert "rerun the same command to resume" in capsys.readouterr().err
-    with pytest.raises(CheckpointError), resumable(tmp_path, Ctx(Session())):  # no interrupt: the error itself
+        say_interrupted(session)  # what the command line says last, once the command has unwound
+        said = capsys.readouterr().err
+        assert said == f"interrupted: the finished work is kept in {tmp_path}; rerun the same command to resume\n"
+    session = Session()
+    with pytest.raises(CheckpointError), resumable(tmp_path, Ctx(session)):  # no interrupt: the error itself
         raise damaged
+    assert not session.interrupted
+    with pytest.raises(typer.Exit), resumable(tmp_path / "new", Ctx(session)):  # nothing written yet
+        raise KeyboardInterrupt
+    say_interrupted(session)
+    assert capsys.readouterr().err == "interrupted: nothing was kept; rerun the same command\n"
+
+
+# the command with signals sent to itself when a function is called for the N-th time, so that a test stops it at
+# a chosen point of its work without timing: argv[1] is "module:attribute.path@N=SIGINT,SIGINT;...", the rest the
+# command. A signal sent to oneself is handled before the next Python step, so the call is the signal's point.
+SIGNAL_AT = """
+import importlib, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as from a terminal
+def signalling(original, at, signals):
+    calls = [0]
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at:
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        return original(*args, **kwargs)
+    return wrapper
+for spec in sys.argv[1].split(";"):
+    target, _, when = spec.partition("@")
+    at, _, names = when.partition("=")
+    module, _, path = target.partition(":")
+    *outer, name = path.split(".")
+    owner = importlib.import_module(module)
+    for part in outer:
+        owner = getattr(owner, part)
+    setattr(owner, name, signalling(getattr(owner, name), int(at), [getattr(signal, n) for n in names.split(",")]))
+from headprobe.cli import app
+app(prog_name="headprobe", args=sys.argv[2:])
+"""
+
+
+def signalled(where: str, *args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``headprobe ARGS`` stopped by the signals ``where`` (see :data:`SIGNAL_AT`) sends it."""
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HEADPROBE_PROGRESS_EVERY": "0"}
+    return subprocess.run([sys.executable, "-c", SIGNAL_AT, where, *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)  # fmt: skip
+
+
+def ended_interrupted(done: subprocess.CompletedProcess, last: str) -> None:
+    """Exit code 130, no traceback or ignored exception, and ``last`` as the last line."""
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == last, done.stderr
+
+
+TRAIN = ["train", "--preset", "toy-d16", "--steps", "50", "--batch-size", "2", "--seq-len", "64", "--threads", "1",
+         "--no-progress"]  # fmt: skip
+STEP = "trainer.train:Trainer.train_step"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_training_stopped_by_a_signal_exits_130_naming_the_step_it_saved(tmp_path, sig):
+    """It exited 0 without final/, so `train ... && analyze RUN/final` carried on."""
+    run = tmp_path / "run"
+    done = signalled(f"{STEP}@3={sig}", *TRAIN, "--out", run)  # during the third step: it finishes, saves, stops
+    ended_interrupted(done, f"interrupted: the step checkpoint {run}/step_000003 is kept; rerun the same command "
+                            "with --resume to continue from it")  # fmt: skip
+    assert "stopped at the signal: 3 steps" in done.stdout
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "step_000003", "train_config.json"]
+    again = signalled(f"{STEP}@2={sig}", *TRAIN, "--out", run, "--resume")
+    ended_interrupted(again, f"interrupted: the step checkpoint {run}/step_000005 is kept; rerun the same command "
+                             "to continue from it")  # fmt: skip
+
+
+def test_a_second_ctrl_c_aborts_the_step_at_once(tmp_path):
+    """It let the step finish and save, then printed "Exception ignored in atexit callback ... KeyboardInterrupt"."""
+    run = tmp_path / "run"
+    done = signalled(f"{STEP}@3=SIGINT,SIGINT", *TRAIN, "--out", run, "--save-every", "1")
+    ended_interrupted(done, f"interrupted: the step checkpoint {run}/step_000002 is kept; rerun the same command "
+                            "with --resume to continue from it")  # fmt: skip
+    assert "stopped at the signal" not in done.stdout  # the third step never finished, nor was it saved
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "step_000001", "step_000002", "train_config.json"]
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_second_ctrl_c_while_saving_aborts_the_save_and_leaves_no_partial_step(tmp_path):
+    """torch's checkpoint writer turned the KeyboardInterrupt into a CheckpointException: a traceback, exit 1."""
+    run = tmp_path / "run"
+    save = "trainer.train_state:get_model_state_dict"
+    done = signalled(f"{STEP}@3=SIGINT;{save}@2=SIGINT", *TRAIN, "--out", run, "--save-every", "2")
+    ended_interrupted(done, f"interrupted: the step checkpoint {run}/step_000002 is kept; rerun the same command "
+                            "with --resume to continue from it")  # fmt: skip
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "step_000002", "train_config.json"]
+    fresh = tmp_path / "fresh"  # nothing saved before: the run folder goes, and the line says so
+    done = signalled(f"{STEP}@1=SIGINT;{save}@1=SIGINT", *TRAIN, "--out", fresh)
+    ended_interrupted(done, "interrupted: nothing was kept; rerun the same command")
+    assert not fresh.exists()
+
+
+TINY_RECIPE = {"scale": "toy", "seeds": [0], "runs": {"pt": {"stage": "pt", "steps": 50, "batch_size": 2,
+               "seq_len": 64, "warmup_steps": 0, "threads": 1}}}  # fmt: skip
+NOTHING = "interrupted: nothing was kept; rerun the same command"
+GRID_LINE = "interrupted: the finished work is kept in {out}; rerun the same command to continue (finished runs are " \
+            "skipped, a stopped one resumes from its step)"  # fmt: skip
+STUDY_LINE = "interrupted: the finished work is kept in {out}; rerun the same command to resume"
+
+
+@pytest.fixture(scope="module")
+def inputs(ckpt, tmp_path_factory) -> dict[str, Path]:
+    """What the commands read: the tiny checkpoint, an analyze output, a step checkpoint, a recipe."""
+    from cli_checks import invoke
+
+    folder = tmp_path_factory.mktemp("inputs")
+    res = invoke("analyze", ckpt, "--metrics", "entropy", "--lengths", "64", "--samples", "1", "--out",
+                 folder / "res", "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    res = invoke(*TRAIN[:3], "--steps", "2", *TRAIN[5:], "--out", folder / "run")
+    assert res.exit_code == 0, res.output
+    (folder / "recipe.json").write_text(json.dumps(TINY_RECIPE))
+    return {"ckpt": ckpt, "res": folder / "res", "step": folder / "run" / "step_000002",
+            "recipe": folder / "recipe.json"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("where", "args", "last"),
+    [
+        ("headprobe.export.hf:_save_weights@1=SIGINT", ["export", "hf", "{ckpt}", "{out}"], NOTHING),
+        ("headprobe.model.checkpoint:save_checkpoint@1=SIGTERM", ["train", "export", "{step}", "{out}"], NOTHING),
+        ("trainer.data:_encode@1=SIGINT", ["data", "prepare", "{recipe}", "--out", "{out}"], NOTHING),
+        ("trainer.data:_encode@2=SIGTERM", ["data", "synth", "--tokens", "20000", "--out", "{out}"], NOTHING),
+        ("headprobe.core.atomic:atomic_write_text@1=SIGINT",
+         ["ruler", "generate", "--out", "{out}", "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1"],
+         NOTHING),
+        ("figures.draw:save_figure@1=SIGINT", ["figures", "{res}", "--out", "{out}"], NOTHING),
+        ("figures.report:report_page@1=SIGINT", ["report", "{res}", "--out", "{out}"], NOTHING),
+        ("headprobe.show:show_tables@1=SIGINT", ["show", "{res}"], NOTHING),
+        ("headprobe.explore.export:export_page@1=SIGTERM",
+         ["explore", "{ckpt}", "--needle", "--length", "256", "--export", "{out}"], NOTHING),
+        ("headprobe.evals.shortctx.evaluate:evaluate_many@1=SIGINT", ["shortctx", "eval", "{ckpt}", "--out", "{out}"],
+         NOTHING),
+        (f"{STEP}@2=SIGINT", ["train", "grid", "--recipe", "{recipe}", "--members", "d16", "--out", "{out}"],
+         GRID_LINE),
+        (f"{STEP}@2=SIGTERM", ["study", "--recipe", "{recipe}", "--members", "d16", "--out", "{out}"], STUDY_LINE),
+    ],
+    ids=["export hf", "train export", "data prepare", "data synth", "ruler generate", "figures", "report", "show",
+         "explore --export", "shortctx eval", "train grid", "study"],  # fmt: skip
+)
+def test_every_command_stopped_by_a_signal_exits_130_and_says_what_was_kept(inputs, tmp_path, where, args, last):
+    """One exit code for an interrupt: train exited 0, study 1, export hf 130 without a word; and the last line
+    says what was kept, or that nothing was (it claimed "the finished work is kept in OUT" of an empty folder)."""
+    out = tmp_path / "out"
+    names = {**{k: str(v) for k, v in inputs.items()}, "out": str(out)}
+    quiet = ["--no-progress"] if args[0] == "study" else []
+    done = signalled(where, *(a.format(**names) for a in args), *quiet, cwd=tmp_path)
+    ended_interrupted(done, last.format(out=out))
+    if last == NOTHING:  # and so it is: no output, no temporary file
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], sorted(p.name for p in tmp_path.rglob("*"))
+    else:
+        assert list(out.rglob("step_000002")), sorted(p.name for p in out.rglob("*"))

@@ -62,6 +62,16 @@ class TrainerPlugin:
             recipe, out, members, runs, seeds, profile, overrides, run_stage=stage, log=log, jobs=jobs, on_step=on_step
         )
 
+    def last_step(self, out: str | Path) -> Path | None:
+        """The newest complete step checkpoint in the run folder ``out`` (what ``--resume`` continues from), or
+        ``None`` (torch is imported only when ``out`` holds a step folder)."""
+        if not any(Path(out).glob("step_*")):
+            return None
+        from trainer.train_state import list_steps
+
+        steps = list_steps(Path(out))
+        return steps[-1][1] if steps else None
+
     def recipe(self, recipe: str, profile: str | None = None) -> dict[str, Any]:
         """A recipe with its profile applied: ``scale``, ``seeds``, ``runs`` (settings by run), ``source``
         (its file) and ``study`` (what ``headprobe study`` measures)."""

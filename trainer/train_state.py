@@ -86,15 +86,20 @@ def save_step(
         if tmp.exists():
             shutil.rmtree(tmp)
         (tmp / "rng").mkdir(parents=True)
-    barrier(world)
-    with warnings.catch_warnings():  # a single process without a process group is intended
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to")
-        dcp.save(
-            {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)},
-            checkpoint_id=str(tmp / "dcp"),
-        )
-    torch.save(_rng_state(), tmp / "rng" / f"rank_{world.rank}.pt")
-    barrier(world)
+    try:
+        barrier(world)
+        with warnings.catch_warnings():  # a single process without a process group is intended
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to")
+            dcp.save(
+                {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)},
+                checkpoint_id=str(tmp / "dcp"),
+            )
+        torch.save(_rng_state(), tmp / "rng" / f"rank_{world.rank}.pt")
+        barrier(world)
+    except BaseException:  # aborted (a second Ctrl-C) or failed: no half-written step is left behind
+        if world.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if world.is_main:
         atomic_write_text(tmp / "state.json", json.dumps({**state, "step": step, "world_size": world.size}, indent=2))
         if final.exists():

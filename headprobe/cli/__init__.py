@@ -35,7 +35,7 @@ import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
 from headprobe.cli import ablate, analyze, explore, export, figures, plan, ruler, shortctx, show, study
-from headprobe.cli.common import USER_ERRORS, Session, plain_help, usage_arguments
+from headprobe.cli.common import USER_ERRORS, Session, plain_help, say_interrupted, usage_arguments
 from headprobe.cli.train import add_trainer_commands
 from headprobe.core.cleanup import run_cleanups
 
@@ -44,17 +44,19 @@ GRACE = 5.0  # seconds an interrupted command has to unwind before it is ended o
 
 def _watch(fd: int, handler: Callable[[int, object], None], session: Session) -> None:
     """The watchdog: Python runs a signal's handler only between bytecodes of the main thread, so a long
-    native call (a compile, one huge kernel) could hold a stop back for minutes. The C-level handler
-    writes each signal's number to ``fd`` at once; :data:`GRACE` seconds after one that ``handler``
-    handles, the process is ended outright, after the cleanups of :mod:`headprobe.core.cleanup` ran. While
-    someone else handles the signal (the trainer finishing its step, the explorer's server) it waits."""
+    native call (a compile, one huge kernel, a training step's backward pass) could hold a stop back for
+    minutes. The C-level handler writes each signal's number to ``fd`` at once; :data:`GRACE` seconds after
+    one that ``handler`` handles, the process is ended outright (:func:`_end_interrupted`, which runs the
+    cleanups of :mod:`headprobe.core.cleanup`). While someone else handles the signal (the trainer finishing
+    its step, the explorer's server) it waits, until a second Ctrl-C: that one means now, whoever handles it."""
+    presses = 0
     while data := os.read(fd, 1):
-        if signal.getsignal(data[0]) is not handler:
+        presses += data[0] == signal.SIGINT
+        if signal.getsignal(data[0]) is not handler and presses < 2:
             continue
         threading.Event().wait(GRACE)
-        run_cleanups()
-        print("stopped (interrupted)", file=sys.stderr, flush=True)
-        os._exit(130)  # as click ends an interrupted command
+        session.interrupted = True
+        _end_interrupted(session)
 
 
 def install_interrupts(session: Session | None = None) -> None:
@@ -67,6 +69,9 @@ def install_interrupts(session: Session | None = None) -> None:
     session = session or Session()
 
     def terminated(signum: int, frame: object) -> None:
+        if session.ended is not None:  # the command has ended: nothing is left to stop
+            _flush()
+            os._exit(session.ended)
         session.interrupted = True
         raise KeyboardInterrupt
 
@@ -87,20 +92,33 @@ def install_interrupts(session: Session | None = None) -> None:
         watchdog.start()
 
 
-def _end_interrupted(code: object) -> NoReturn:
-    """End a command that a Ctrl-C or SIGTERM stopped, with exit ``code``, once everything has unwound (its
-    ``finally`` blocks ran): the cleanups still registered run, output is flushed, then ``os._exit``. Not
+_ENDING = threading.Lock()  # one end: the main thread's or the watchdog's
+
+
+def _end_interrupted(session: Session, message: object = None) -> NoReturn:
+    """End a command that a Ctrl-C or SIGTERM stopped, once everything has unwound (its ``finally`` blocks
+    ran): the cleanups still registered run, ``message`` (``sys.exit("message")``) and the last line, what was
+    kept and how to go on (:func:`headprobe.cli.common.say_interrupted`), are said, output is flushed, then
+    ``os._exit(130)``, whatever exit code the command was on its way to: one exit code for an interrupt. Not
     ``SystemExit``: CPython ends a process by SIGINT at exit, whatever its exit code, when a KeyboardInterrupt
     ever left code that a C extension ran through ``PyRun_String`` (an import of torch or transformers), even
     one the command then handled (``_PyRuntime.signals.unhandled_keyboard_interrupt``; CPython gh-128130). An
-    interrupt during start-up ended about 1 run in 5 that way (killed by SIGINT, no message) instead of with 130."""
+    interrupt during start-up ended about 1 run in 5 that way (killed by SIGINT, no message) instead of with 130;
+    and a signal during the seconds that finalising torch takes printed "Exception ignored in atexit callback"."""
+    _ENDING.acquire()
     run_cleanups()
-    if isinstance(code, str):  # sys.exit("message"): said on stderr, exit code 1
-        print(code, file=sys.stderr)
+    if isinstance(message, str):
+        print(message, file=sys.stderr)
+    say_interrupted(session)
+    _flush()
+    os._exit(130)
+
+
+def _flush() -> None:
+    """Flush stdout and stderr, whatever state they are in."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 class _Formatter(typer.Context.formatter_class):  # type: ignore[name-defined, misc]
@@ -216,14 +234,16 @@ class _App(typer.Typer):
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except KeyboardInterrupt:  # one outside click's own handling (typer building the command): the same end
-            _end_interrupted(130)
+            self.session.interrupted = True
+            _end_interrupted(self.session)
         except SystemExit as stop:
             if self.session.interrupted:
-                _end_interrupted(stop.code)
+                _end_interrupted(self.session, stop.code)
+            self.session.ended = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
             raise
         except Exception as err:
             if self.session.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
-                _end_interrupted(130)
+                _end_interrupted(self.session)
             if self.session.debug or not isinstance(err, USER_ERRORS):
                 raise
             typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)

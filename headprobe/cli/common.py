@@ -30,11 +30,19 @@ class Session:
 
     Attributes:
         debug: ``--debug``: an error shows its traceback instead of one line.
-        interrupted: a Ctrl-C or SIGTERM arrived: whatever it breaks on the way out is no bug.
+        interrupted: a Ctrl-C or SIGTERM stopped the command: whatever it breaks on the way out is no bug, and
+            it ends with exit code 130 and :func:`say_interrupted`'s line.
+        kept: what the command keeps when it is stopped, asked once it has unwound: a sentence ("the
+            finished work is kept in OUT"), or ``None`` for nothing (:func:`on_interrupt` sets it).
+        resume: how to go on from what was kept.
+        ended: the exit code of a command that has ended (a signal then ends the process at once).
     """
 
     debug: bool = False
     interrupted: bool = False
+    kept: Callable[[], str | None] = lambda: None
+    resume: str = ""
+    ended: int | None = None
 
 
 _SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
@@ -82,9 +90,44 @@ def say_error(err: Exception | str, ctx: typer.Context | None) -> None:
     typer.secho(f"error: {flagify(str(err), command_flags(ctx))}", fg=typer.colors.RED, err=True)
 
 
-def say_interrupted(out: Path) -> None:
-    """The last line of a resumable command that was stopped (Ctrl-C, SIGTERM) or stopped its training."""
-    typer.echo(f"interrupted: the finished work is kept in {out}; rerun the same command to resume", err=True)
+RESUME = "rerun the same command to resume"
+
+
+def say_interrupted(session: Session | None) -> None:
+    """The last line of every command that a Ctrl-C or SIGTERM stopped (exit code 130): what it kept and how
+    to go on from it, as the command declared (:func:`on_interrupt`), or that nothing was kept."""
+    try:
+        kept = session.kept() if session is not None else None
+    except Exception:  # a look at the disk that failed: claim nothing
+        kept = None
+    said = f"{kept}; {session.resume or RESUME}" if kept and session else "nothing was kept; rerun the same command"
+    print(f"interrupted: {said}", file=sys.stderr, flush=True)
+
+
+def kept_in(out: Path) -> str | None:
+    """What a stopped command that writes into the folder ``out`` kept: its finished work if ``out`` holds
+    any file (every file is written whole, under a temporary name first), else nothing (``None``)."""
+    return f"the finished work is kept in {out}" if out.is_dir() and any(p.is_file() for p in out.rglob("*")) else None
+
+
+def on_interrupt(ctx: typer.Context | None, kept: Callable[[], str | None], resume: str = RESUME) -> None:
+    """Declare, before its work, what the command ``ctx`` runs keeps when a Ctrl-C or SIGTERM stops it:
+    ``kept()``, asked once the command has unwound (a sentence, or ``None`` for nothing), and ``resume``, how
+    to go on from it; its last line says both (:func:`say_interrupted`). Without a declaration a stopped
+    command says that nothing was kept."""
+    session = _session(ctx)
+    if session is not None:
+        session.kept, session.resume = kept, resume
+
+
+def stopped(ctx: typer.Context | None) -> typer.Exit:
+    """The end of a command that stopped because of a Ctrl-C or SIGTERM (its work cut short, or a training that
+    saved and stopped at the signal): marks its session interrupted and returns the exit (code 130) to raise;
+    the command line then says what was kept (:func:`say_interrupted`)."""
+    session = _session(ctx)
+    if session is not None:
+        session.interrupted = True
+    return typer.Exit(130)
 
 
 def _session(ctx: typer.Context | None) -> Session | None:
@@ -99,13 +142,27 @@ def interrupted(ctx: typer.Context | None) -> bool:
     return session is not None and session.interrupted
 
 
+def served(ctx: typer.Context | None) -> None:
+    """A command that runs until a Ctrl-C or SIGTERM (the explorer's server) ended as it should: that signal
+    was its end, not an interrupt (exit code 0)."""
+    session = _session(ctx)
+    if session is not None:
+        session.interrupted = False
+
+
 @contextmanager
-def resumable(out: Path, ctx: typer.Context | None = None) -> Iterator[None]:
-    """A block of resumable work writing into ``out``: stopped by Ctrl-C or SIGTERM, it says so and how to
-    go on (:func:`say_interrupted`) and ends with exit code 130, as an interrupted command does. So does a
-    block that an interrupt ended otherwise (``ctx``'s session saw it): C code that a KeyboardInterrupt
-    reaches may turn it into another error (a half-read checkpoint "could not determine the shape"), which
-    is then no fault of the input."""
+def resumable(
+    out: Path,
+    ctx: typer.Context | None = None,
+    kept: Callable[[], str | None] | None = None,
+    resume: str = RESUME,
+) -> Iterator[None]:
+    """A block of resumable work writing into ``out``: stopped by Ctrl-C or SIGTERM, it ends the command with
+    exit code 130 (:func:`stopped`), whose last line says what was kept (``kept``, by default the finished
+    work in ``out``: :func:`kept_in`) and ``resume``. So does a block that an interrupt ended otherwise
+    (``ctx``'s session saw it): C code that a KeyboardInterrupt reaches may turn it into another error (a
+    half-read checkpoint "could not determine the shape"), which is then no fault of the input."""
+    on_interrupt(ctx, kept or (lambda: kept_in(out)), resume)
     try:
         yield
     except KeyboardInterrupt:
@@ -116,8 +173,7 @@ def resumable(out: Path, ctx: typer.Context | None = None) -> Iterator[None]:
     else:
         if not interrupted(ctx):
             return
-    say_interrupted(out)
-    raise typer.Exit(130)
+    raise stopped(ctx)
 
 
 def say_warning(message: str, ctx: typer.Context | None) -> None:

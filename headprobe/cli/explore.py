@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import check_counts, check_device, fail, ints
+from headprobe.cli.common import check_counts, check_device, fail, ints, served
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP
 
@@ -84,6 +84,7 @@ def explore(
     if export is None:
         with bind(host, port) as sock:  # a port in use is refused before any model loads
             serve(_load(ctx, checkpoints, inputs | loading, export, export_levels), sock, host, open_browser)
+        served(ctx)  # the server runs until a Ctrl-C or SIGTERM: that is its end, not an interrupt
         return
     _load(ctx, checkpoints, inputs | loading, export, export_levels)
     typer.echo(f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed")
@@ -109,8 +110,6 @@ def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Pa
                 export_page(views, export, levels, progress=tick)
     except HeadprobeError as err:
         raise fail(err, ctx) from None
-    except KeyboardInterrupt:
-        raise fail("interrupted before the explorer started; nothing was written", ctx, code=130) from None
     return views
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import fail, wide_console, words
+from headprobe.cli.common import fail, kept_in, on_interrupt, wide_console, words
 from headprobe.core.errors import HeadprobeError
 
 
@@ -29,6 +29,7 @@ def figures(
     from headprobe.cli.show import results_warnings
 
     console = wide_console()
+    on_interrupt(ctx, lambda: kept_in(out), "rerun the same command to draw them all")  # each figure written whole
     try:
         with results_warnings():
             report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))

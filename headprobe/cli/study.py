@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import check_counts, fail, ints, resumable, say_interrupted, wide_console, words
+from headprobe.cli.common import check_counts, fail, ints, resumable, stopped, wide_console, words
 from headprobe.cli.progress import progress_bar
 
 
@@ -57,9 +57,8 @@ def run(
             report = run_study(out, train_grid, settings, device=device, progress=bar, record=record)
         except (*plugin.errors, StudyError) as err:
             raise fail(err, ctx) from None
-    if report.interrupted:
-        say_interrupted(out)
-        raise typer.Exit(1)
+    if report.interrupted:  # its training took the Ctrl-C or SIGTERM: the run saved a step and stopped
+        raise stopped(ctx)
     console = wide_console()
     for title, frame in report.comparisons.items():
         console.print(frame_table(title, frame))
@@ -147,7 +146,7 @@ def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) 
     from headprobe.study.real import real_demo
 
     try:  # a --model that is no model is refused before any step (real_demo checks it first)
-        with progress_bar("real-demo", ctx, enabled=progress) as bar:
+        with resumable(out, ctx), progress_bar("real-demo", ctx, enabled=progress) as bar:
             report = real_demo(out, model, progress=bar, say=typer.echo)
     except (ModelLoadError, FolderBusy) as err:
         raise fail(err, ctx) from None

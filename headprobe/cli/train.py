@@ -17,11 +17,22 @@ from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import check_counts, check_device, fail, int_range, ints, settings_options, words
+from headprobe.cli.common import (
+    check_counts,
+    check_device,
+    fail,
+    int_range,
+    ints,
+    resumable,
+    settings_options,
+    stopped,
+    words,
+)
 from headprobe.cli.progress import progress_bar
 from headprobe.core.errors import HeadprobeError
 
 PLUGIN_GROUP = "headprobe.plugins"
+GRID_RESUME = "rerun the same command to continue (finished runs are skipped, a stopped one resumes from its step)"
 OVERWRITE_HELP = "replace an existing --out (a data folder or a file) atomically; without it, it is refused"
 
 
@@ -44,19 +55,32 @@ def _stage_command(plugin: Any):
                 "cuda"
             ):  # before any model or data is built ("auto": the trainer's)
                 check_device(device)
-            show = cfg.progress  # a bar on a terminal, a line every 30 s in a log (progress_bar)
-            with progress_bar("train", ctx, enabled=show, info=True) as bar:
-                result = plugin.train(cfg, on_step=bar.report)
         except (*plugin.errors, typer.BadParameter) as err:
             raise fail(err, ctx) from None
-        state = "interrupted (resume with --resume)" if result.interrupted else "done"
+        how = "rerun the same command" + ("" if cfg.resume else " with --resume") + " to continue from it"
+        with resumable(Path(cfg.out), ctx, kept=lambda: _step_kept(plugin, cfg.out), resume=how):
+            try:
+                show = cfg.progress  # a bar on a terminal, a line every 30 s in a log (progress_bar)
+                with progress_bar("train", ctx, enabled=show, info=True) as bar:
+                    result = plugin.train(cfg, on_step=bar.report)
+            except (*plugin.errors, typer.BadParameter) as err:
+                raise fail(err, ctx) from None
+        state = "stopped at the signal" if result.interrupted else "done"
         loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
         typer.echo(f"{state}: {result.steps} steps, {result.tokens:,} tokens, last loss {loss}, in {result.out}")
+        if result.interrupted:  # the trainer took the first Ctrl-C or SIGTERM: it saved a step and stopped
+            raise stopped(ctx)
 
     ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
     stage.__signature__ = inspect.Signature([ctx_param, *settings_options(plugin.config)])  # type: ignore[attr-defined]
     stage.__doc__ = "Run one training stage (without a subcommand); `grid` runs a whole scale."
     return stage
+
+
+def _step_kept(plugin: Any, out: str | Path) -> str | None:
+    """What a stopped training run kept: its newest step checkpoint, or nothing."""
+    step = plugin.last_step(out)
+    return None if step is None else f"the step checkpoint {step} is kept"
 
 
 def _grid_command(plugin: Any):
@@ -73,15 +97,18 @@ def _grid_command(plugin: Any):
     ) -> None:
         """Train every member x seed through the recipe's runs; rerun to continue after a crash."""
         check_counts(ctx, ("--jobs", jobs, 1))
-        try:
-            manifest = plugin.grid(
-                recipe, out, words(members) if members else None, words(runs) if runs else None,
-                ints(seeds) if seeds else None, profile, {"data": data} if data else None,
-                typer.echo, jobs=jobs,
-            )  # fmt: skip
-        except plugin.errors as err:
-            raise fail(err, ctx) from None
+        with resumable(Path(out), ctx, resume=GRID_RESUME):
+            try:
+                manifest = plugin.grid(
+                    recipe, out, words(members) if members else None, words(runs) if runs else None,
+                    ints(seeds) if seeds else None, profile, {"data": data} if data else None,
+                    typer.echo, jobs=jobs,
+                )  # fmt: skip
+            except plugin.errors as err:
+                raise fail(err, ctx) from None
         typer.echo(f"{len(manifest['runs'])} runs finished; manifest: {Path(out) / 'manifest.json'}")
+        if manifest.get("interrupted"):  # a run took the Ctrl-C or SIGTERM: it saved a step and stopped
+            raise stopped(ctx)
 
     return grid
 
