@@ -383,3 +383,18 @@ def test_every_command_stopped_by_a_signal_exits_130_and_says_what_was_kept(inpu
         assert sorted(p.name for p in tmp_path.iterdir()) == [], sorted(p.name for p in tmp_path.rglob("*"))
     else:
         assert list(out.rglob("step_000002")), sorted(p.name for p in out.rglob("*"))
+
+
+def test_ablate_stopped_keeps_its_finished_conditions_and_a_rerun_says_what_it_skips(ckpt, tmp_path):
+    """docs/troubleshooting.md promised "done earlier, skipped" for ablate reruns, which skipped in silence."""
+    out = tmp_path / "ab"
+    args = ["ablate", ckpt, "--heads", "1.0", "--samples", "1", "--lengths", "256", "--depths", "50", "--out", out,
+            "--no-progress"]  # fmt: skip
+    done = signalled("headprobe.ablation.job:decode_prompts@2=SIGTERM", *args)  # the baseline done, then stopped
+    ended_interrupted(done, f"interrupted: the finished work is kept in {out}; rerun the same command to resume")
+    again = subprocess.run([sys.executable, "-m", "headprobe", *map(str, args)], capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "tiny baseline needle @ 256: done earlier, skipped" in again.stderr, again.stderr
+    assert "heads-1.0-zero needle @ 256: done earlier" not in again.stderr  # the condition stopped is redone
+    assert (out / "tiny" / "ablation.parquet").is_file()

@@ -53,6 +53,7 @@ from headprobe.runs import (
     Silent,
     check_parts,
     checkpoint_name,
+    done_earlier,
     resume_key,
     run_models,
     table_meta,
@@ -229,6 +230,7 @@ def ablate_checkpoint(
         names.append(item)
         key = item_key(s, path, model, wrapper, c, task, length)
         if parts.done(ABLATION_SAMPLES.table, item, key):
+            progress.log(done_earlier(f"{name} {c.label} {task} @ {length:,}", 1, 1))
             progress.advance(len(prompts[task, length]))
             continue
         progress.describe(f"{name} {c.label} {task} @ {length:,}")
