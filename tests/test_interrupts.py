@@ -329,6 +329,8 @@ NOTHING = "interrupted: nothing was kept; rerun the same command"
 GRID_LINE = "interrupted: the finished work is kept in {out}; rerun the same command to continue (finished runs are " \
             "skipped, a stopped one resumes from its step)"  # fmt: skip
 STUDY_LINE = "interrupted: the finished work is kept in {out}; rerun the same command to resume"
+COMMANDS = ["export hf", "train export", "data prepare", "data synth", "ruler generate", "figures", "report", "show",
+            "explore --export", "shortctx eval", "train grid", "study"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -354,22 +356,32 @@ def inputs(ckpt, tmp_path_factory) -> dict[str, Path]:
         ("headprobe.model.checkpoint:save_checkpoint@1=SIGTERM", ["train", "export", "{step}", "{out}"], NOTHING),
         ("trainer.data:_encode@1=SIGINT", ["data", "prepare", "{recipe}", "--out", "{out}"], NOTHING),
         ("trainer.data:_encode@2=SIGTERM", ["data", "synth", "--tokens", "20000", "--out", "{out}"], NOTHING),
-        ("headprobe.core.atomic:atomic_write_text@1=SIGINT",
-         ["ruler", "generate", "--out", "{out}", "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1"],
-         NOTHING),
+        (
+            "headprobe.core.atomic:atomic_write_text@1=SIGINT",
+            ["ruler", "generate", "--out", "{out}", "--tasks", "niah_single_1", "--lengths", "512", "--samples", "1"],
+            NOTHING,
+        ),
         ("figures.draw:save_figure@1=SIGINT", ["figures", "{res}", "--out", "{out}"], NOTHING),
         ("figures.report:report_page@1=SIGINT", ["report", "{res}", "--out", "{out}"], NOTHING),
         ("headprobe.show:show_tables@1=SIGINT", ["show", "{res}"], NOTHING),
-        ("headprobe.explore.export:export_page@1=SIGTERM",
-         ["explore", "{ckpt}", "--needle", "--length", "256", "--export", "{out}"], NOTHING),
-        ("headprobe.evals.shortctx.evaluate:evaluate_many@1=SIGINT", ["shortctx", "eval", "{ckpt}", "--out", "{out}"],
-         NOTHING),
-        (f"{STEP}@2=SIGINT", ["train", "grid", "--recipe", "{recipe}", "--members", "d16", "--out", "{out}"],
-         GRID_LINE),
+        (
+            "headprobe.explore.export:export_page@1=SIGTERM",
+            ["explore", "{ckpt}", "--needle", "--length", "256", "--export", "{out}"],
+            NOTHING,
+        ),
+        (
+            "headprobe.evals.shortctx.evaluate:evaluate_many@1=SIGINT",
+            ["shortctx", "eval", "{ckpt}", "--out", "{out}"],
+            NOTHING,
+        ),
+        (
+            f"{STEP}@2=SIGINT",
+            ["train", "grid", "--recipe", "{recipe}", "--members", "d16", "--out", "{out}"],
+            GRID_LINE,
+        ),
         (f"{STEP}@2=SIGTERM", ["study", "--recipe", "{recipe}", "--members", "d16", "--out", "{out}"], STUDY_LINE),
     ],
-    ids=["export hf", "train export", "data prepare", "data synth", "ruler generate", "figures", "report", "show",
-         "explore --export", "shortctx eval", "train grid", "study"],  # fmt: skip
+    ids=COMMANDS,
 )
 def test_every_command_stopped_by_a_signal_exits_130_and_says_what_was_kept(inputs, tmp_path, where, args, last):
     """One exit code for an interrupt: train exited 0, study 1, export hf 130 without a word; and the last line
