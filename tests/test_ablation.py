@@ -242,7 +242,7 @@ def tiny_ckpt(tmp_path_factory):
         (["--heads", "top:0", "--from", "{tmp}"], "--heads 'top:0': write top:K or random:K with K >= 1"),
         (["--heads", "1.0", "--tasks", "needle,vt"], "--tasks vt: choose among needle, niah_single_1"),
         (["--heads", "1.0", "--modes", "half"], "unknown ablation mode 'half'"),
-        (["--heads", "1.0", "--depths", "120"], "--depths must be percentages between 0 and 100"),
+        (["--heads", "1.0", "--depths", "50,120"], "--depths: give a value from 0 to 100, got 120.0"),
     ],
 )
 def test_ablate_refuses_bad_inputs_before_any_work(tmp_path, tiny_ckpt, args, message):

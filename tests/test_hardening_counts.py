@@ -40,7 +40,12 @@ def ckpt(tmp_path_factory) -> Path:
         (["demo", "--jobs", "-1"], "--jobs", "at least 1", "got -1"),
         (["train", "grid", "--jobs", "0"], "--jobs", "at least 1", "got 0"),
         (["plan", "--seq-len", "0"], "--seq-len", "at least 1", "got 0"),
-        (["explore", "{ckpt}", "--needle", "--length", "256", "--port", "-1"], "--port", "at least 0", "got -1"),
+        (
+            ["explore", "{ckpt}", "--needle", "--length", "256", "--port", "-1"],
+            "--port",
+            "a value from 0 to 65535",
+            "got -1",
+        ),
         (["ruler", "generate", "--out", "{tmp}/s.jsonl", "--reserve", "-1"], "--reserve", "at least 0", "got -1"),
         (["data", "synth", "--tokens", "0", "--out", "{tmp}/d"], "--tokens", "at least 1", "got 0"),
     ],

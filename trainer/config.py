@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import check_ranges, setting
 from headprobe.model.config import Backend, LayerType
 
 
@@ -61,86 +62,66 @@ class Precision(Choice, what="precision"):
     BFLOAT16 = "bfloat16"
 
 
-def _help(text: str) -> dict[str, str]:
-    """A field's metadata: its command-line help."""
-    return {"help": text}
-
-
 @dataclass
 class TrainConfig:
-    """Every option of one training stage; each field's help is in its metadata."""
+    """Every option of one training stage; each field declares its command-line help and, for a number, its
+    range (:func:`headprobe.core.settings.setting`), checked when the config is made."""
 
-    stage: Stage = field(
-        default=Stage.PT, metadata=_help("pt (from scratch), cpt (continue at a longer seq_len) or sft")
+    stage: Stage = setting(Stage.PT, help="pt (from scratch), cpt (continue at a longer seq_len) or sft")
+    preset: str | None = setting(None, help="model preset for pt, e.g. toy-d32")
+    config: str | None = setting(None, help="model config.json for pt")
+    init: str | None = setting(None, help="our checkpoint to start cpt/sft from (not a .gguf file)")
+    out: str = setting("runs/default", help="run folder")
+    data: str | None = setting(None, help="data folder (pt/cpt) or JSONL (sft); default: the built-in corpus/set")
+    curriculum: str | None = setting(
+        None, help="curriculum JSON: synthetic tasks on the fly, growing harder (trainer/curriculum.py)"
     )
-    preset: str | None = field(default=None, metadata=_help("model preset for pt, e.g. toy-d32"))
-    config: str | None = field(default=None, metadata=_help("model config.json for pt"))
-    init: str | None = field(default=None, metadata=_help("our checkpoint to start cpt/sft from (not a .gguf file)"))
-    out: str = field(default="runs/default", metadata=_help("run folder"))
-    data: str | None = field(
-        default=None, metadata=_help("data folder (pt/cpt) or JSONL (sft); default: the built-in corpus/set")
+    probes: str | None = setting(None, help="held-out probes logged to metrics.jsonl, e.g. needle@200,needle@1000")
+    probe_every: int = setting(0, help="steps between probes (0 = the curriculum's, or never)", minimum=0)
+    tokenizer: str | None = setting(None, help="byte or a tokenizer.json (default: from init or the data)")
+    steps: int | None = setting(None, help="optimizer steps", minimum=1)
+    tokens: int | None = setting(
+        None, help="tokens to train on (instead of steps; rounded up to whole steps)", minimum=1
     )
-    curriculum: str | None = field(
-        default=None,
-        metadata=_help("curriculum JSON: synthetic tasks on the fly, growing harder (trainer/curriculum.py)"),
+    batch_size: int = setting(8, help="global batch in sequences per optimizer step", minimum=1)
+    micro_batch_size: int | None = setting(
+        None, help="sequences per forward pass per process (default: no accumulation)", minimum=1
     )
-    probes: str | None = field(
-        default=None, metadata=_help("held-out probes logged to metrics.jsonl, e.g. needle@200,needle@1000")
+    seq_len: int | None = setting(None, help="tokens per sequence (default: the model's max_seq_len)", minimum=1)
+    lr: float = setting(3e-3, help="peak learning rate", above=0)
+    min_lr_ratio: float = setting(0.1, help="final learning rate / peak", minimum=0, maximum=1)
+    warmup_steps: int | None = setting(None, help="linear warmup steps (default: 5% of the steps)", minimum=0)
+    schedule: ScheduleKind = setting(ScheduleKind.COSINE, help="cosine or wsd")
+    decay_fraction: float = setting(0.2, help="wsd: fraction of the steps spent decaying", minimum=0, maximum=1)
+    weight_decay: float = setting(0.1, help="AdamW weight decay", minimum=0)
+    beta1: float = setting(0.9, help="AdamW beta1", minimum=0, below=1)
+    beta2: float = setting(0.95, help="AdamW beta2", minimum=0, below=1)
+    grad_clip: float = setting(1.0, help="global grad-norm clip (0 = off)", minimum=0)
+    freeze: Freeze | None = setting(
+        None, help="freeze attention projections: attention, attention-full or attention-swa"
     )
-    probe_every: int = field(default=0, metadata=_help("steps between probes (0 = the curriculum's, or never)"))
-    tokenizer: str | None = field(
-        default=None, metadata=_help("byte or a tokenizer.json (default: from init or the data)")
+    rope_theta_full: float | None = setting(None, help="cpt: a new RoPE base for the full-attention layers", above=0)
+    seed: int = setting(0, help="initialisation and data order seed", minimum=0)
+    save_every: int = setting(
+        0, help="steps between step checkpoints (0 = only when interrupted and at the end)", minimum=0
     )
-    steps: int | None = field(default=None, metadata=_help("optimizer steps"))
-    tokens: int | None = field(
-        default=None, metadata=_help("tokens to train on (instead of steps; rounded up to whole steps)")
-    )
-    batch_size: int = field(default=8, metadata=_help("global batch in sequences per optimizer step"))
-    micro_batch_size: int | None = field(
-        default=None, metadata=_help("sequences per forward pass per process (default: no accumulation)")
-    )
-    seq_len: int | None = field(default=None, metadata=_help("tokens per sequence (default: the model's max_seq_len)"))
-    lr: float = field(default=3e-3, metadata=_help("peak learning rate"))
-    min_lr_ratio: float = field(default=0.1, metadata=_help("final learning rate / peak"))
-    warmup_steps: int | None = field(default=None, metadata=_help("linear warmup steps (default: 5% of the steps)"))
-    schedule: ScheduleKind = field(default=ScheduleKind.COSINE, metadata=_help("cosine or wsd"))
-    decay_fraction: float = field(default=0.2, metadata=_help("wsd: fraction of the steps spent decaying"))
-    weight_decay: float = field(default=0.1, metadata=_help("AdamW weight decay"))
-    beta1: float = field(default=0.9, metadata=_help("AdamW beta1"))
-    beta2: float = field(default=0.95, metadata=_help("AdamW beta2"))
-    grad_clip: float = field(default=1.0, metadata=_help("global grad-norm clip (0 = off)"))
-    freeze: Freeze | None = field(
-        default=None, metadata=_help("freeze attention projections: attention, attention-full or attention-swa")
-    )
-    rope_theta_full: float | None = field(
-        default=None, metadata=_help("cpt: a new RoPE base for the full-attention layers")
-    )
-    seed: int = field(default=0, metadata=_help("initialisation and data order seed"))
-    save_every: int = field(
-        default=0, metadata=_help("steps between step checkpoints (0 = only when interrupted and at the end)")
-    )
-    keep: int = field(default=2, metadata=_help("step checkpoints to keep"))
-    resume: bool = field(default=False, metadata=_help("continue from the newest step checkpoint in out"))
-    parallel: Parallel = field(default=Parallel.AUTO, metadata=_help("auto, none, ddp or fsdp"))
-    compile: bool = field(default=False, metadata=_help("torch.compile each block"))
-    activation_checkpointing: bool = field(default=False, metadata=_help("recompute blocks in backward (less memory)"))
-    attention_backend: Backend = field(default=Backend.AUTO, metadata=_help("auto, sdpa, flex, flash or reference"))
-    device: str = field(default="auto", metadata=_help("auto, cpu or cuda"))
-    threads: int | None = field(
-        default=None, metadata=_help("CPU threads per process for torch (default: torch's choice)")
-    )
-    dtype: Precision = field(
-        default=Precision.AUTO, metadata=_help("auto (bf16 autocast on CUDA), float32 or bfloat16")
-    )
-    peak_flops: float | None = field(
-        default=None, metadata=_help("FLOP/s per device for MFU when the GPU is not in the table")
-    )
-    log_every: int = field(default=1, metadata=_help("steps between metrics.jsonl lines"))
-    progress: bool = field(default=True, metadata=_help("show a progress bar on a terminal"))
-    tensorboard: bool = field(default=False, metadata=_help("also log to TensorBoard (when installed)"))
-    wandb: bool = field(default=False, metadata=_help("also log to Weights & Biases (when installed)"))
+    keep: int = setting(2, help="step checkpoints to keep", minimum=0)
+    resume: bool = setting(False, help="continue from the newest step checkpoint in out")
+    parallel: Parallel = setting(Parallel.AUTO, help="auto, none, ddp or fsdp")
+    compile: bool = setting(False, help="torch.compile each block")
+    activation_checkpointing: bool = setting(False, help="recompute blocks in backward (less memory)")
+    attention_backend: Backend = setting(Backend.AUTO, help="auto, sdpa, flex, flash or reference")
+    device: str = setting("auto", help="auto, cpu or cuda")
+    threads: int | None = setting(None, help="CPU threads per process for torch (default: torch's choice)", minimum=1)
+    dtype: Precision = setting(Precision.AUTO, help="auto (bf16 autocast on CUDA), float32 or bfloat16")
+    peak_flops: float | None = setting(None, help="FLOP/s per device for MFU when the GPU is not in the table", above=0)
+    log_every: int = setting(1, help="steps between metrics.jsonl lines", minimum=1)
+    progress: bool = setting(True, help="show a progress bar on a terminal")
+    tensorboard: bool = setting(False, help="also log to TensorBoard (when installed)")
+    wandb: bool = setting(False, help="also log to Weights & Biases (when installed)")
 
     def __post_init__(self) -> None:
+        check_ranges(self, TrainError)  # from the command line or a recipe: refused before any work
         for f in dataclasses.fields(self):  # text values (from JSON recipes) become their enums
             kind = _ENUM_FIELDS.get(f.name)
             value = getattr(self, f.name)

@@ -168,6 +168,19 @@ def _run_config(
     )
 
 
+def _check_configs(
+    plan: Recipe, runs: Path, chains: list[tuple[int, str]], order: list[str], overrides: dict[str, Any] | None
+) -> None:
+    """Make every run's config once before any run trains: a setting the config refuses (a number out of its
+    range, an unknown choice) is refused before the first run, naming the run, not after the runs before it."""
+    for seed, member in chains:
+        for name in order:
+            try:
+                _run_config(member, seed, plan.runs[name], run_dir(runs, member, seed, name), None, overrides)
+            except TrainError as err:
+                raise TrainError(f"{plan.source}: run {name!r} of {member} seed {seed}: {err}") from None
+
+
 def _members(scale: str, members: list[str] | None) -> list[str]:
     names = list_presets(scale)
     chosen = names if not members else [m if m.startswith(f"{scale}-") else f"{scale}-{m}" for m in members]
@@ -362,6 +375,7 @@ def run_grid(
         log = lambda _msg: None  # noqa: E731
     chosen, order = _members(plan.scale, members), _needed(plan, stages)
     chains = [(seed, member) for seed in (seeds if seeds is not None else plan.seeds) for member in chosen]
+    _check_configs(plan, runs, chains, order, overrides)
     manifest_path = runs / "manifest.json"
     manifest: dict[str, Any] = {"recipe": plan.source, "scale": plan.scale, "profile": profile, "runs": []}
     claim(runs, GRID, fix="give the grid another `out`")  # a new folder, or this grid's to continue

@@ -62,9 +62,7 @@ class StepStats:
 def _resolve_steps(cfg: TrainConfig, seq_len: int) -> int:
     if (cfg.steps is None) == (cfg.tokens is None):
         raise TrainError("give exactly one of `steps` or `tokens`")
-    if cfg.steps is not None:
-        if cfg.steps < 1:
-            raise TrainError("`steps` must be >= 1")
+    if cfg.steps is not None:  # its range is TrainConfig's (at least 1)
         return cfg.steps
     return max(1, math.ceil(cfg.tokens / (cfg.batch_size * seq_len)))  # type: ignore[operator]
 
@@ -81,9 +79,7 @@ class Trainer:
     # -- setup -------------------------------------------------------------------------------------
     def _micro_batch(self) -> int:
         cfg, world = self.cfg, self.world
-        if cfg.batch_size < 1:
-            raise TrainError("`batch_size` must be >= 1")
-        if cfg.batch_size % world.size:
+        if cfg.batch_size % world.size:  # its range is TrainConfig's (at least 1)
             raise TrainError(f"`batch_size` {cfg.batch_size} is not divisible by {world.size} processes")
         per_rank = cfg.batch_size // world.size
         micro = cfg.micro_batch_size or per_rank
@@ -331,8 +327,6 @@ class Trainer:
 
 def train(cfg: TrainConfig, on_step: ReportCount | None = None) -> TrainResult:
     """Run one stage; see the module docstring. Safe to interrupt (Ctrl-C / SIGTERM save and stop)."""
-    if cfg.threads is not None and cfg.threads < 1:
-        raise TrainError("`threads` must be >= 1")
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -28,6 +28,8 @@ from typing import Any
 
 import pandas as pd
 
+from headprobe.analysis.settings import MIN_LENGTH
+from headprobe.core.settings import check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import parse_dtype
 from headprobe.hooked.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
@@ -107,18 +109,19 @@ class AblateSettings:
     modes: list[str] = field(default_factory=lambda: ["zero"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     tasks: list[str] = field(default_factory=lambda: [NEEDLE_TASK])
-    lengths: list[int] = field(default_factory=lambda: [2048])
-    depths: list[float] = field(default_factory=lambda: [0.0, 25.0, 50.0, 75.0, 100.0])
-    samples: int = 2
+    lengths: list[int] = setting(factory=lambda: [2048], minimum=MIN_LENGTH)
+    depths: list[float] = setting(factory=lambda: [0.0, 25.0, 50.0, 75.0, 100.0], minimum=0, maximum=100)
+    samples: int = setting(2, minimum=1)
     needles: str = "builtin"
     prompt_format: str = "auto"
     seed: int = 0
-    max_new_tokens: int = 32
+    max_new_tokens: int = setting(32, minimum=1)
     dtype: str | None = None
     allow_beyond_trained: bool = False
 
     def validate(self) -> None:
         """Raise :class:`AblationError` naming the first bad setting (reads no model)."""
+        check_ranges(self, AblationError)
         try:
             parse_dtype(self.dtype)
             parse_prompt_format(self.prompt_format)
@@ -141,14 +144,12 @@ class AblateSettings:
             raise AblationError(f"`tasks` {', '.join(unknown) or 'none'}: choose among {', '.join(ABLATABLE_TASKS)}")
         if not self.modes:
             raise AblationError("no `modes`: choose zero and/or mean")
-        if not self.lengths or min(self.lengths) < 16:
-            raise AblationError("`lengths` must be token counts of at least 16")
+        if not self.lengths:
+            raise AblationError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
         if repeated := repeated_lengths(self.lengths):
             raise AblationError(repeated)
-        if NEEDLE_TASK in self.tasks and (not self.depths or not all(0 <= d <= 100 for d in self.depths)):
-            raise AblationError("`depths` must be percentages between 0 and 100")
-        if self.samples < 1 or self.max_new_tokens < 1:
-            raise AblationError("`samples` and `max_new_tokens` must be >= 1")
+        if NEEDLE_TASK in self.tasks and not self.depths:
+            raise AblationError("no `depths`: give needle depths in percent, from 0 to 100")
         if self.from_results and not Path(self.from_results).is_dir():
             raise AblationError(f"`from_results` {self.from_results} is not a folder; give an analyze output folder")
 

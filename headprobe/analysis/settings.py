@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, setting
+from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import format_key, parse_prompt_format
 
@@ -54,13 +54,16 @@ class AnalyzeSettings:
         factory=lambda: list(METRIC_NAMES), help="comma list of " + ",".join(METRIC_NAMES), form="names"
     )
     lengths: list[int] = setting(
-        factory=lambda: [4096], help="comma list of context lengths in tokens (4096,16k,128K)", form="lengths"
+        factory=lambda: [4096],
+        help="comma list of context lengths in tokens (4096,16k,128K)",
+        form="lengths",
+        minimum=MIN_LENGTH,
     )
-    samples: int = setting(4, help="inputs per length (needle prompts for retrieval)")
+    samples: int = setting(4, help="inputs per length (needle prompts for retrieval)", minimum=1)
     rows: str = setting("all", help="query rows to analyse: all | last:N | stride:N")
-    topk: int = setting(16, help="top-k keys per row for token reordering")
+    topk: int = setting(16, help="top-k keys per row for token reordering", minimum=1)
     seed: int = setting(0, help="haystack and needle placement seed")
-    max_new_tokens: int = setting(50, help="retrieval: decoding budget per sample")
+    max_new_tokens: int = setting(50, help="retrieval: decoding budget per sample", minimum=1)
     haystack: list[str] | None = setting(
         None, help="text files to use as haystack", flag="--haystack-file", form="paths"
     )
@@ -104,6 +107,7 @@ class AnalyzeSettings:
         from headprobe.runs import repeated_lengths
         from headprobe.text.needles import needle_set
 
+        check_ranges(self, AnalysisError)
         try:
             parse_dtype(self.dtype)
             metrics = self.chosen()
@@ -117,12 +121,10 @@ class AnalyzeSettings:
             parse_prompt_format(self.prompt_format)
         except ValueError as err:
             raise AnalysisError(str(err)) from None
-        if not self.lengths or min(self.lengths) < MIN_LENGTH:
-            raise AnalysisError(f"`lengths` must be positive token counts of at least {MIN_LENGTH}")
+        if not self.lengths:
+            raise AnalysisError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
         if repeated := repeated_lengths(self.lengths):
             raise AnalysisError(repeated)
-        if self.samples < 1 or self.max_new_tokens < 1 or self.topk < 1:
-            raise AnalysisError("`samples`, `max_new_tokens` and `topk` must be >= 1")
         for f in self.haystack_files or []:
             try:
                 read_text_file(f, "`haystack`")

@@ -35,7 +35,7 @@ import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
 from headprobe.cli import ablate, analyze, explore, export, figures, plan, ruler, shortctx, show, study
-from headprobe.cli.common import USER_ERRORS, Session, plain_help, say_interrupted, usage_arguments
+from headprobe.cli.common import USER_ERRORS, Session, check_options, plain_help, say_interrupted, usage_arguments
 from headprobe.cli.train import add_trainer_commands
 from headprobe.core.cleanup import run_cleanups
 
@@ -157,9 +157,15 @@ def _capitalised(term: str) -> str:
 
 
 class _Context(typer.Context):
-    """The context of every headprobe command and group: its help through :class:`_Formatter`."""
+    """The context of every headprobe command and group: its help through :class:`_Formatter`, and its options'
+    ranges checked before it runs (:func:`headprobe.cli.common.check_options`)."""
 
     formatter_class = _Formatter
+
+    def invoke(self, callback, /, *args, **kwargs):
+        if callback is not None and callback is getattr(self.command, "callback", None):
+            check_options(self, callback, kwargs)
+        return super().invoke(callback, *args, **kwargs)
 
 
 class _Group(TyperGroup):

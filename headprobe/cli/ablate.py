@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import (
-    check_counts,
+    MemoryLimit,
     check_run,
     fail,
     gib,
@@ -50,7 +50,7 @@ def ablate(
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ablate"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
-    memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
+    memory_limit: MemoryLimit = None,
     allow_beyond_trained: Annotated[
         bool, typer.Option(help="lengths beyond what a model was trained on (refused otherwise)")
     ] = False,
@@ -66,7 +66,6 @@ def ablate(
     from headprobe.show import ShownTable, ablation_table, baseline_caveats
 
     check_run(ctx, out, device)
-    check_counts(ctx, ("--samples", samples, 1), ("--max-new-tokens", max_new_tokens, 1))
     try:
         settings = AblateSettings(
             heads=heads or ["top:10", "random:10"],

@@ -9,11 +9,10 @@ import typer
 
 from headprobe.analysis.settings import AnalyzeSettings
 from headprobe.cli.common import (
-    check_counts,
+    MemoryLimit,
     check_run,
     fail,
     gib,
-    option_flag,
     resumable,
     say_error,
     settings_from,
@@ -28,7 +27,7 @@ def analyze(
     checkpoints: Annotated[list[Path], typer.Argument(help=MODELS_HELP)],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/analyze"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
-    memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
+    memory_limit: MemoryLimit = None,
     progress: bool = True,
     **options: Any,
 ) -> None:
@@ -39,8 +38,6 @@ def analyze(
     from headprobe.metrics import METRICS
 
     check_run(ctx, out, device)
-    counts = ("samples", "topk", "max_new_tokens")
-    check_counts(ctx, *((option_flag(name), options[name], 1) for name in counts))
     try:
         settings = settings_from(AnalyzeSettings, options)
         settings.validate()

@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import Range
 
 # what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback
 USER_ERRORS = (HeadprobeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
@@ -216,13 +217,17 @@ def token_counts(text: str, option: str = "--lengths") -> list[int]:
     return list(dict.fromkeys(counts))  # 1k,1K,1024 is one length: measured once
 
 
-def check_counts(ctx: typer.Context | None, *counts: tuple[str, int | None, int]) -> None:
-    """The one rule for counts on the command line: each ``(option, value, minimum)`` with a value below its
-    minimum (a negative batch size, zero samples, zero jobs) is refused before any work, naming the option,
-    what it needs and what it got; ``None`` (not given) passes."""
-    for option, value, minimum in counts:
-        if value is not None and value < minimum:
-            raise fail(f"{option}: give at least {minimum}, got {value}", ctx)
+def check_options(ctx: typer.Context | None, command: Callable[..., Any], values: dict[str, Any]) -> None:
+    """The one range rule on the command line (:meth:`headprobe.core.settings.Range.refusal`), run for every
+    command before its work: each option of ``command`` whose annotation declares a :class:`Range`
+    (``Annotated[int, typer.Option(...), Range(minimum=1)]``) and whose value in ``values`` lies outside it is
+    refused in one line naming its flag, what it allows and what it got (``--jobs: give at least 1, got 0``),
+    exit code 2. Options made from a settings dataclass's fields are checked with it, by the same rule
+    (:func:`headprobe.core.settings.check_ranges`)."""
+    for name, param in inspect.signature(command, eval_str=True).parameters.items():
+        for bounds in getattr(param.annotation, "__metadata__", ()):
+            if isinstance(bounds, Range) and (why := bounds.refusal(values.get(name))):
+                raise fail(f"`{name}`: {why}", ctx)
 
 
 def int_range(text: str) -> tuple[int, int]:
@@ -237,6 +242,10 @@ def int_range(text: str) -> tuple[int, int]:
 def words(text: str) -> list[str]:
     """A comma list of names."""
     return [x.strip() for x in text.split(",") if x.strip()]
+
+
+# ``--memory-limit``, as every command that runs models takes it
+MemoryLimit = Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)"), Range(above=0)]
 
 
 def gib(value: float | None) -> int | None:

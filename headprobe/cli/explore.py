@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import check_counts, check_device, fail, ints, served
+from headprobe.cli.common import check_device, fail, ints, served
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP
+from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, Range
 
 
 def explore(
@@ -24,9 +24,11 @@ def explore(
     ] = None,
     needle: Annotated[bool, typer.Option("--needle", help="explore a needle-in-a-haystack prompt")] = False,
     length: Annotated[
-        int | None, typer.Option(help="input tokens (needed by --ruler and --needle; cuts --text)")
+        int | None, typer.Option(help="input tokens (needed by --ruler and --needle; cuts --text)"), Range(minimum=1)
     ] = None,
-    depth: Annotated[float, typer.Option(help="--needle: needle depth in percent of the haystack")] = 50.0,
+    depth: Annotated[
+        float, typer.Option(help="--needle: needle depth in percent of the haystack"), Range(minimum=0, maximum=100)
+    ] = 50.0,
     seed: Annotated[int, typer.Option(help="--needle/--ruler: which sample")] = 0,
     needles: Annotated[str, typer.Option(help="--needle: needle set, builtin | codes (the toy models')")] = "builtin",
     prompt_format: Annotated[str, typer.Option(help=f"--needle/--ruler: {PROMPT_FORMAT_HELP}")] = "auto",
@@ -42,7 +44,7 @@ def explore(
     host: Annotated[
         str, typer.Option(help="address to bind; anything but 127.0.0.1 exposes the inputs to the network")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port (0: any free one)")] = 0,
+    port: Annotated[int, typer.Option(help="port (0: any free one)"), Range(minimum=0, maximum=65535)] = 0,
     open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open the page in a browser")] = True,
     export: Annotated[
         Path | None, typer.Option(help="write a self-contained static page here instead of serving")
@@ -64,9 +66,6 @@ def explore(
     from headprobe.text.prompt_format import parse_prompt_format
 
     _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, export_levels)
-    check_counts(ctx, ("--port", port, 0))
-    if port > 65535:
-        raise fail(f"--port {port}: a port is 0-65535 (0: any free one)", ctx)
     try:
         check_device(device)
         row_spec = Rows.parse(rows) if rows else None
@@ -143,8 +142,6 @@ def _check_options(
             raise fail(f"--ruler {ruler} is not a RULER-style task; choose one of {', '.join(TASKS)}", ctx)
     if (ruler or needle) and length is None:
         raise fail(f"{chosen[0]} needs --length N (input tokens)", ctx)
-    if length is not None and length < 1:
-        raise fail(f"--length {length}: give a positive number of tokens", ctx)
     from headprobe.core.paths import not_a
 
     if text is not None and (why := not_a(text, "file")):

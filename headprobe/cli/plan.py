@@ -9,13 +9,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import check_counts, fail, wide_console
+from headprobe.cli.common import fail, wide_console
+from headprobe.core.settings import Range
 
 
 def plan(
     ctx: typer.Context,
     scale: Annotated[str | None, typer.Option(help="toy | 0.6b | 3b (default: all grids)")] = None,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="sequence length for FLOPs and KV cache")] = 4096,
+    seq_len: Annotated[
+        int, typer.Option("--seq-len", help="sequence length for FLOPs and KV cache"), Range(minimum=1)
+    ] = 4096,
     config: Annotated[
         list[Path] | None,
         typer.Option("--config", help="price our config.json (repeatable) instead of presets; not a .gguf"),
@@ -27,7 +30,6 @@ def plan(
     from headprobe.model.presets import list_scales
     from headprobe.plan import configs_for, plan_rows
 
-    check_counts(ctx, ("--seq-len", seq_len, 1))
     try:
         if config:
             configs = [ModelConfig.load(p) for p in config]

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from headprobe.cli.common import (
-    check_counts,
+    MemoryLimit,
     check_run,
     fail,
     gib,
@@ -24,7 +24,7 @@ from headprobe.cli.common import (
     with_settings,
 )
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import MODELS_HELP, PROMPT_FORMAT_HELP
+from headprobe.core.settings import MODELS_HELP, PROMPT_FORMAT_HELP, Range
 from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, LENGTHS_HELP, RulerSettings
 from headprobe.evals.ruler.tasks import TASKS_HELP
 
@@ -39,7 +39,7 @@ def ruler_generate(
     lengths: Annotated[str, typer.Option(help=f"{LENGTHS_HELP}; a task too long for a length is skipped there")] = (
         "4096"
     ),
-    samples: Annotated[int, typer.Option(help="samples per task and length")] = 25,
+    samples: Annotated[int, typer.Option(help="samples per task and length"), Range(minimum=1)] = 25,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -54,7 +54,9 @@ def ruler_generate(
     qa_files: Annotated[
         list[Path] | None, typer.Option("--qa-file", help="SQuAD v2 and/or HotpotQA dev JSON files")
     ] = None,
-    reserve: Annotated[int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)")] = 0,
+    reserve: Annotated[
+        int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)"), Range(minimum=0)
+    ] = 0,
     prompt_format: Annotated[str, typer.Option(help=PROMPT_FORMAT_HELP)] = "auto",
     fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
     cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
@@ -70,7 +72,6 @@ def ruler_generate(
     from headprobe.model.tokenizer import load_tokenizer
     from headprobe.text.prompt_format import resolve_wrapper
 
-    check_counts(ctx, ("--samples", samples, 1), ("--reserve", reserve, 0))
     counts = token_counts(lengths)
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
@@ -116,8 +117,10 @@ def ruler_eval(
     checkpoints: Annotated[list[Path], typer.Argument(help=MODELS_HELP)],
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/ruler"),
     device: str = "cpu",
-    memory_limit: Annotated[float | None, typer.Option(help="GiB the run may use (default: what is free)")] = None,
-    batch_size: Annotated[int, typer.Option(help="samples decoded together (0 = as many as memory allows)")] = 0,
+    memory_limit: MemoryLimit = None,
+    batch_size: Annotated[
+        int, typer.Option(help="samples decoded together (0 = as many as memory allows)"), Range(minimum=0)
+    ] = 0,
     progress: bool = True,
     **options: Any,
 ) -> None:
@@ -129,10 +132,10 @@ def ruler_eval(
     from headprobe.evals.ruler.evaluate import evaluate_many
 
     check_run(ctx, out, device)
-    check_counts(ctx, ("--samples", options["samples"], 1), ("--batch-size", batch_size, 0))
     try:
         settings = settings_from(RulerSettings, options)
-    except typer.BadParameter as err:
+        settings.validate()  # before any model loads or folder is made
+    except (HeadprobeError, typer.BadParameter) as err:
         raise fail(err, ctx) from None
     try:
         with resumable(out, ctx), progress_bar("ruler", ctx, enabled=progress) as bar:

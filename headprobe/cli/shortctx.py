@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import check_counts, check_run, fail, resumable, say_error
+from headprobe.cli.common import check_run, fail, resumable, say_error
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP, MODELS_HELP
+from headprobe.core.settings import DTYPE_HELP, MODELS_HELP, Range
 
 
 def shortctx_eval(
@@ -23,7 +23,7 @@ def shortctx_eval(
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/shortctx"),
     device: str = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
-    batch_size: Annotated[int, typer.Option(help="sequences scored together (right-padded)")] = 16,
+    batch_size: Annotated[int, typer.Option(help="sequences scored together (right-padded)"), Range(minimum=1)] = 16,
     progress: bool = True,
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm), as tables."""
@@ -31,7 +31,6 @@ def shortctx_eval(
     from headprobe.evals.shortctx.evaluate import ShortCtxSettings, evaluate_many
 
     check_run(ctx, out, device)
-    check_counts(ctx, ("--limit", limit, 1), ("--batch-size", batch_size, 1))
     settings = ShortCtxSettings(task=task, file=str(file) if file else None, limit=limit, dtype=dtype)
     try:
         settings.validate()  # before the progress bar: a bad setting is the only thing printed

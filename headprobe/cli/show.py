@@ -12,6 +12,7 @@ import typer
 
 from headprobe.cli.common import fail, wide_console, words
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import Range
 
 
 def show(
@@ -25,15 +26,13 @@ def show(
             help="comma list of retrieval, entropy, reordering, erank, ruler, shortctx, ablation (default: all)"
         ),
     ] = None,
-    top: Annotated[int, typer.Option(help="retrieval heads listed per checkpoint")] = 10,
+    top: Annotated[int, typer.Option(help="retrieval heads listed per checkpoint"), Range(minimum=1)] = 10,
 ) -> None:
     """Print what a results folder holds as small tables, checkpoints side by side: the top retrieval
     heads, retrieval-head counts and per-layer-type means, RULER-style scores, short-context accuracy. No
     pandas needed."""
     from headprobe.show import show_tables
 
-    if top < 1:
-        raise fail(f"--top {top}: list at least 1 head", ctx)
     try:
         with results_warnings():
             tables = show_tables(results, words(metric) if metric else None, top)

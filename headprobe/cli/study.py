@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import check_counts, fail, ints, resumable, stopped, wide_console, words
+from headprobe.cli.common import fail, ints, resumable, stopped, wide_console, words
 from headprobe.cli.progress import progress_bar
+from headprobe.core.settings import Range
 
 
 def run(
@@ -26,8 +27,6 @@ def run(
 ) -> None:
     """Train the recipe's grid, measure every run, print the comparisons (shared by study and demo)."""
     from headprobe.cli.train import trainer_plugin
-
-    check_counts(ctx, ("--jobs", jobs, 1))
     from headprobe.study import StudyError, StudySettings, run_study
 
     plugin = trainer_plugin()
@@ -106,7 +105,9 @@ def study(
     ] = None,
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/study"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
-    jobs: Annotated[int, typer.Option(help="member x seed chains trained at once, one process each (CPU)")] = 1,
+    jobs: Annotated[
+        int, typer.Option(help="member x seed chains trained at once, one process each (CPU)"), Range(minimum=1)
+    ] = 1,
     progress: bool = True,
 ) -> None:
     """The study end to end: train the grid (pt -> cpt, cpt with attention frozen -> sft), probe retrieval,
@@ -117,7 +118,7 @@ def study(
 def demo(
     ctx: typer.Context,
     out: Annotated[Path | None, typer.Option(help="results folder (default results/demo, results/real-demo)")] = None,
-    jobs: Annotated[int, typer.Option(help="members trained at once, one process each")] = 2,
+    jobs: Annotated[int, typer.Option(help="members trained at once, one process each"), Range(minimum=1)] = 2,
     real: Annotated[
         bool,
         typer.Option("--real", help="a real pretrained model instead (SmolLM2-135M-Instruct, docs/real-models.md)"),

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 import typer
 
 from headprobe.cli.common import (
-    check_counts,
     check_device,
     fail,
     int_range,
@@ -30,6 +29,7 @@ from headprobe.cli.common import (
 )
 from headprobe.cli.progress import progress_bar
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import Range
 
 PLUGIN_GROUP = "headprobe.plugins"
 GRID_RESUME = "rerun the same command to continue (finished runs are skipped, a stopped one resumes from its step)"
@@ -92,11 +92,12 @@ def _grid_command(plugin: Any):
         runs: Annotated[str | None, typer.Option(help="comma list of the recipe's runs (default: all)")] = None,
         seeds: Annotated[str | None, typer.Option(help="comma list, e.g. 0,1,2 (default: the recipe's)")] = None,
         data: Annotated[str | None, typer.Option(help="data folder for every run (default: the recipe's)")] = None,
-        jobs: Annotated[int, typer.Option(help="member x seed chains trained at once, one process each (CPU)")] = 1,
+        jobs: Annotated[
+            int, typer.Option(help="member x seed chains trained at once, one process each (CPU)"), Range(minimum=1)
+        ] = 1,
         out: Annotated[str, typer.Option(help="RUNS folder")] = "runs/grid",
     ) -> None:
         """Train every member x seed through the recipe's runs; rerun to continue after a crash."""
-        check_counts(ctx, ("--jobs", jobs, 1))
         with resumable(Path(out), ctx, resume=GRID_RESUME):
             try:
                 manifest = plugin.grid(
@@ -160,7 +161,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
     @app.command("synth")
     def synth(
         ctx: typer.Context,
-        tokens: Annotated[int, typer.Option(help="tokens to generate")],
+        tokens: Annotated[int, typer.Option(help="tokens to generate"), Range(minimum=1)],
         out: Annotated[Path, typer.Option(help="data folder to create")],
         seed: int = 0,
         tokenizer: Annotated[str, typer.Option(help="byte or a tokenizer.json")] = "byte",
@@ -181,7 +182,6 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         targets of the loss (copy, associative recall, needles in prose) mixed with prose."""
         from headprobe.text.tasks import TaskMix, TaskSettings
 
-        check_counts(ctx, ("--tokens", tokens, 1), ("--queries", queries, 1))
         try:
             settings = TaskSettings(int_range(distance), int_range(segment), int_range(pairs), queries, split)
             mix = TaskMix.parse(tasks, settings) if tasks else None

@@ -1,33 +1,97 @@
 """Settings declared once: the fields of a settings dataclass carry what a command line needs (help, the
-flag when it is not the field's name, the text form of a list), so a command's options, defaults and help
-come from the dataclass that the library takes (``headprobe analyze``: ``AnalyzeSettings``; ``headprobe
-ruler eval``: ``RulerSettings``; ``headprobe train``: ``TrainConfig``), and a default lives in one place."""
+flag when it is not the field's name, the text form of a list, the range of a number), so a command's
+options, defaults and help come from the dataclass that the library takes (``headprobe analyze``:
+``AnalyzeSettings``; ``headprobe ruler eval``: ``RulerSettings``; ``headprobe train``: ``TrainConfig``), and
+a default lives in one place.
+
+The range of every number is declared with it (:class:`Range`: a settings field's ``minimum`` / ``above`` /
+``maximum`` / ``below``; a command's own option as ``Annotated[int, typer.Option(...), Range(minimum=1)]``)
+and checked by one rule before any work (:func:`check_ranges`, :meth:`Range.refusal`):
+``lr: give a value above 0, got -1.0``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from dataclasses import MISSING, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal
 
 Form = Literal["names", "lengths", "paths"]
+
+
+@dataclass(frozen=True)
+class Range:
+    """The numbers a setting allows: at least ``minimum`` (or ``above`` it, excluded), at most ``maximum``
+    (or ``below`` it, excluded); ``None`` bounds nothing. A list's items are each held to it."""
+
+    minimum: float | None = None
+    above: float | None = None
+    maximum: float | None = None
+    below: float | None = None
+
+    def allows(self, value: float) -> bool:
+        low = (self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
+        return low and (self.maximum is None or value <= self.maximum) and (self.below is None or value < self.below)
+
+    def __str__(self) -> str:
+        """What to give, as a refusal says it: ``at least 1``, ``a value above 0``, ``a value from 0 to 1``,
+        ``a value of at least 0 and below 1``."""
+        if self.minimum is not None and self.maximum is not None:
+            return f"a value from {_number(self.minimum)} to {_number(self.maximum)}"
+        low = [f"at least {_number(self.minimum)}"] if self.minimum is not None else []
+        low += [f"above {_number(self.above)}"] if self.above is not None else []
+        high = [f"at most {_number(self.maximum)}"] if self.maximum is not None else []
+        high += [f"below {_number(self.below)}"] if self.below is not None else []
+        bounds = " and ".join(low + high)
+        if bounds.startswith(("at least", "at most")) and len(low + high) == 1:
+            return bounds  # a count's: "give at least 1"
+        return ("a value of " if bounds.startswith("at ") else "a value ") + bounds
+
+    def refusal(self, value: Any) -> str | None:
+        """Why ``value`` (a number, a list of numbers, or ``None``: not given) is refused, e.g. ``give a value
+        above 0, got -1.0``; ``None`` when it is allowed."""
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, int | float) and not isinstance(item, bool) and not self.allows(item):
+                return f"give {self}, got {item}"
+        return None
+
+
+def _number(bound: float) -> str:
+    return f"{bound:g}"
 
 
 def setting(
     default: Any = MISSING,
     *,
     factory: Callable[[], Any] | None = None,
-    help: str,
+    help: str = "",
     flag: str | None = None,
     form: Form | None = None,
+    minimum: float | None = None,
+    above: float | None = None,
+    maximum: float | None = None,
+    below: float | None = None,
 ) -> Any:
     """A settings field (``default``, or ``factory`` for a list) with its command-line ``help``; ``flag`` when
     the option is not named after the field (``--haystack-file`` for ``haystack``); ``form``, how a list is
     written on the command line: ``names`` (a comma list), ``lengths`` (token counts, ``4096,16k``) or
-    ``paths`` (the option given once per file)."""
-    metadata = {"help": help, "flag": flag, "form": form}
+    ``paths`` (the option given once per file); for a number (or a list of numbers) its :class:`Range`:
+    ``minimum`` / ``above`` (excluded), ``maximum`` / ``below`` (excluded)."""
+    bounds = Range(minimum, above, maximum, below)
+    metadata = {"help": help, "flag": flag, "form": form, "range": bounds if bounds != Range() else None}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def check_ranges(settings: Any, error: Callable[[str], Exception]) -> None:
+    """The one range rule for a settings dataclass: raise ``error`` naming the first field (in backticks,
+    shown as its flag on the command line) whose value lies outside the :class:`Range` it declares, what it
+    allows and what it got (```lr`: give a value above 0, got -1.0``)."""
+    for f in dataclasses.fields(settings):
+        bounds = f.metadata.get("range")
+        if bounds is not None and (why := bounds.refusal(getattr(settings, f.name))):
+            raise error(f"`{f.name}`: {why}")
 
 
 # help texts of settings that several commands take

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from headprobe.analysis.settings import MIN_LENGTH
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import check_ranges, setting
 from headprobe.text.probes import Probe
 
 
@@ -34,16 +36,16 @@ class StudySettings:
     """
 
     probes: list[str] = field(default_factory=lambda: ["needle@100", "needle@500", "needle@1000", "needle@1500"])
-    probe_samples: int = 32
+    probe_samples: int = setting(32, minimum=1)
     analysis_runs: list[str] = field(default_factory=lambda: ["pt", "cpt", "cpt-frozen"])
     analysis_metrics: list[str] = field(default_factory=lambda: ["retrieval", "entropy", "reordering", "erank"])
-    analysis_lengths: list[int] = field(default_factory=lambda: [1024])
-    analysis_samples: int = 4
+    analysis_lengths: list[int] = setting(factory=lambda: [1024], minimum=MIN_LENGTH)
+    analysis_samples: int = setting(4, minimum=1)
     analysis_rows: str = "all"
     ruler_runs: list[str] = field(default_factory=lambda: ["cpt", "cpt-frozen", "sft"])
     ruler_tasks: list[str] = field(default_factory=lambda: ["niah_single_1", "niah_single_2", "niah_multikey_1"])
-    ruler_lengths: list[int] = field(default_factory=lambda: [512, 1024])
-    ruler_samples: int = 8
+    ruler_lengths: list[int] = setting(factory=lambda: [512, 1024], minimum=1)
+    ruler_samples: int = setting(8, minimum=1)
     shortctx_runs: list[str] = field(default_factory=lambda: ["pt", "sft"])
     shortctx_tasks: dict[str, str | None] = field(default_factory=lambda: {"builtin": None})
 
@@ -58,13 +60,12 @@ class StudySettings:
         return settings
 
     def validate(self) -> None:
+        check_ranges(self, StudyError)
         for spec in self.probes:
             try:
                 Probe.parse(spec)
             except ValueError as err:
                 raise StudyError(f"`probes`: {err}") from None
-        if self.probe_samples < 1 or self.analysis_samples < 1 or self.ruler_samples < 1:
-            raise StudyError("`probe_samples`, `analysis_samples` and `ruler_samples` must be >= 1")
         from headprobe.evals.shortctx.items import LOADERS
 
         for task, file in self.shortctx_tasks.items():

@@ -38,6 +38,7 @@ from functools import cache
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.settings import check_ranges, setting
 from headprobe.text.corpus import Writer
 from headprobe.text.wordlists import words
 
@@ -82,19 +83,18 @@ class TaskSettings:
         split: which half of the nouns keys come from.
     """
 
-    distance: tuple[int, int] = (0, 256)
-    segment: tuple[int, int] = (16, 48)
-    pairs: tuple[int, int] = (1, 4)
-    queries: int = 2
+    distance: tuple[int, int] = setting((0, 256), minimum=0)
+    segment: tuple[int, int] = setting((16, 48), minimum=0)
+    pairs: tuple[int, int] = setting((1, 4), minimum=1)
+    queries: int = setting(2, minimum=1)
     split: Split = Split.TRAIN
 
     def __post_init__(self) -> None:
+        check_ranges(self, TaskError)
         for name in ("distance", "segment", "pairs"):
             lo, hi = getattr(self, name)
-            if not 0 <= lo <= hi:
-                raise TaskError(f"`{name}` ({lo}, {hi}) must be a range 0 <= min <= max")
-        if self.pairs[0] < 1 or self.queries < 1:
-            raise TaskError("a task needs at least one pair and one query")
+            if lo > hi:
+                raise TaskError(f"`{name}` {lo}:{hi}: give MIN:MAX with MIN at most MAX")
         object.__setattr__(self, "split", Split(self.split))
 
 

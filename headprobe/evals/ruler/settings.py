@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, setting
+from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS_HELP, Task, resolve_tasks
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import PromptFormatError, parse_prompt_format
@@ -71,8 +71,9 @@ class RulerSettings:
         None,
         help=f"{LENGTHS_HELP} (default: the lengths `data` holds, else 4096)",
         form="lengths",
+        minimum=1,
     )
-    samples: int = setting(25, help="samples per task and length")
+    samples: int = setting(25, help="samples per task and length", minimum=1)
     seed: int = setting(42, help="generation seed")
     haystack_files: list[str] | None = setting(
         None, help="text files for the essay haystack", flag="--haystack-file", form="paths"
@@ -94,13 +95,12 @@ class RulerSettings:
         from headprobe.hooked import parse_dtype
         from headprobe.runs import repeated_lengths
 
+        check_ranges(self, RulerError)
         parse_dtype(self.dtype)
-        if self.lengths is not None and (not self.lengths or min(self.lengths) < 1):
-            raise RulerError("`lengths` must be positive token counts")
+        if self.lengths is not None and not self.lengths:
+            raise RulerError("no `lengths`: give positive token counts, or leave it out")
         if self.lengths is not None and (repeated := repeated_lengths(self.lengths)):
             raise RulerError(repeated)
-        if self.samples < 1:
-            raise RulerError("`samples` must be >= 1")
         try:
             parse_prompt_format(self.prompt_format)
         except PromptFormatError as err:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from headprobe.core.settings import check_ranges, setting
 from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
 from headprobe.evals.shortctx.scoring import evaluate_items
 from headprobe.hooked import load_model, parse_dtype
@@ -72,12 +73,13 @@ class ShortCtxSettings:
 
     task: str = BUILTIN
     file: str | None = None
-    limit: int | None = None
+    limit: int | None = setting(None, minimum=1)
     dtype: str | None = None
 
     def validate(self) -> None:
-        """Raise naming the first bad setting (a bad dtype, an unknown task, a task without its file);
-        reads no file."""
+        """Raise naming the first bad setting (a number out of its range, a bad dtype, an unknown task, a task
+        without its file); reads no file."""
+        check_ranges(self, ShortCtxError)
         parse_dtype(self.dtype)
         if self.task != BUILTIN and self.task not in LOADERS:
             raise ShortCtxError(f"unknown `task` {self.task!r}; choose {BUILTIN} or one of {', '.join(LOADERS)}")
@@ -88,8 +90,6 @@ class ShortCtxSettings:
                 f"`file` {self.file} goes with a benchmark's own data, and `task` builtin has none; name the task the "
                 f"file holds ({', '.join(LOADERS)}), or drop `file`"
             )
-        if self.limit is not None and self.limit < 1:
-            raise ShortCtxError(f"`limit` {self.limit}: evaluate at least 1 item (or no `limit` for all)")
 
     def items(self) -> list[Item]:
         """The task's items (raises as :meth:`validate`, or naming a file that does not load)."""
