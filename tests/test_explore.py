@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import itertools
-import json
 import math
 import os
 import shutil
@@ -423,17 +422,25 @@ def test_binding_elsewhere_says_so(checkpoint):
 
 
 def test_export_embeds_exactly_what_the_server_answers(needle_view, tmp_path):
-    from headprobe.explore.export import api_key, export_page, export_requests
+    from headprobe.explore.export import ExportSettings, api_key, export_page, export_requests, page_data, plan_export
 
-    page = export_page([needle_view], tmp_path / "p.html", levels=2).read_text()
-    data = json.loads(page.split("window.HEADPROBE_STATIC = ", 1)[1].split(";</script>", 1)[0].replace("<\\/", "</"))
-    asked = export_requests([needle_view], 2)
+    plan = plan_export([needle_view], ExportSettings(export_heads="all", export_levels=2))
+    page = export_page([needle_view], tmp_path / "p.html", plan).read_text()
+    data = page_data(page)
+    asked = export_requests([needle_view], plan)
     assert set(data["answers"]) == {api_key(r, p) for r, p in asked}
     tiles = [p for r, p in asked if r == "tile"]
     assert {p["level"] for p in tiles} == {1, 2} and all(p["col"] <= p["row"] for p in tiles)
     key = api_key("tile", dict(model=0, layer=3, head=0, level=1, row=0, col=0))
-    assert data["answers"][key] == api_answer(
-        [needle_view], "tile", dict(model="0", layer="3", head="0", level="1", row="0", col="0")
+    served = api_answer([needle_view], "tile", dict(model="0", layer="3", head="0", level="1", row="0", col="0"))
+    # the same answer but for its values, coded compactly (tests/test_explore_export.py decodes them)
+    assert data["answers"][key].keys() == served.keys() and data["answers"][key]["data"] != served["data"]
+    assert {k: v for k, v in data["answers"][key].items() if k != "data"} == {
+        k: served[k] for k in served if k != "data"
+    }
+    row = api_key("row", dict(model=0, layer=3, head=0, pos=needle_view.input.question[0], k=10))
+    assert data["answers"][row] == api_answer(
+        [needle_view], "row", dict(model="0", layer="3", head="0", pos=str(needle_view.input.question[0]), k="10")
     )
     assert 'src="static/' not in page and "http" not in page.split("<script>", 1)[0]
 
@@ -627,10 +634,10 @@ def test_compare_shows_two_models_with_linked_zoom(served, browser, tmp_path):
 
 
 def test_the_exported_page_works_from_a_file_without_a_server(served, browser, tmp_path):
-    from headprobe.explore.export import export_page
+    from headprobe.explore.export import ExportSettings, export_page, plan_export
 
     views, _, _ = served
-    path = export_page(views[:1], tmp_path / "explore.html", levels=2)
+    path = export_page(views[:1], tmp_path / "explore.html", plan_export(views[:1], ExportSettings(export_heads="all")))
     errors: list[str] = []
     requests: list[str] = []
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
@@ -647,5 +654,62 @@ def test_the_exported_page_works_from_a_file_without_a_server(served, browser, t
         " let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== 245) n++; return n; })()"
     )
     assert blank > 10000  # the embedded tiles are drawn
+    assert not errors, errors
+    assert all(u.startswith(("file:", "data:")) for u in requests), requests
+
+
+def test_a_page_of_a_few_heads_decodes_them_and_says_what_it_left_out(checkpoint, browser, tmp_path):
+    """A tiny checkpoint's page of two heads (no trained model needed): the page decodes the coded tiles to
+    the values the library decodes, greys out the other heads and says how to include them."""
+    from headprobe.explore.export import decode_tile, page_data, visible_columns
+
+    path = tmp_path / "explore.html"
+    args = [
+        "explore",
+        str(checkpoint),
+        "--needle",
+        "--length",
+        "600",
+        "--export",
+        str(path),
+        "--export-heads",
+        "3.1,0.2",
+    ]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    data = page_data(path.read_text())
+    errors: list[str] = []
+    requests: list[str] = []
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(path.as_uri())
+    page.wait_for_function("window.hp && window.hp.state.info !== null && document.querySelector('table.heads')")
+    assert "the maps of 2 of 14 heads of tiny (named: 3.1,0.2)" in page.inner_text("#export-note")
+    absent = page.eval_on_selector_all("td.cell.absent", "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])")
+    layers = [(0, 4), (1, 4), (2, 4), (3, 2)]
+    assert sorted(map(tuple, absent)) == [(i, h) for i, n in layers for h in range(n) if (i, h) not in ((3, 1), (0, 2))]
+    page.click("td.cell[data-layer='1'][data-head='0']")  # left out: says how to include it, opens nothing
+    assert "--export-heads 1.0" in page.inner_text("#status") and page.evaluate("hp.state.heads.length") == 0
+
+    page.click("td.cell[data-layer='3'][data-head='1']")
+    page.evaluate("hp.idle()")
+    page.wait_for_timeout(200)
+    _shot(page, "export", tmp_path)
+    # 600 tokens on 512 pixels want level 0; the page holds levels 2 and 1 and says it magnifies level 1
+    assert "zoomed past this page's finest level (2 tokens a pixel)" in page.inner_text("#status")
+    loaded = page.evaluate("Array.from(hp.tiles).filter(([, t]) => t.meta).map(([k, t]) => [k, Array.from(t.values)])")
+    assert loaded
+    for key, values in loaded:
+        m, layer, head, level, row, col = map(int, key.split("/"))
+        tile = data["answers"][f"tile?col={col}&head={head}&layer={layer}&level={level}&model={m}&row={row}"]
+        lo, hi = visible_columns(TileSpec(level, row, col), 600, None)
+        want = decode_tile(base64.b64decode(tile["data"]), tile["max"], lo, hi, tile["cols"]).ravel()
+        np.testing.assert_allclose(values, want, rtol=1e-6, atol=0)  # float32 in the page
+    blank = page.evaluate(
+        "(() => { const d = document.querySelector('canvas').getContext('2d').getImageData(0, 0, 512, 512).data;"
+        " let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== 245) n++; return n; })()"
+    )
+    assert blank > 10000  # drawn from the embedded levels, the finest magnified
     assert not errors, errors
     assert all(u.startswith(("file:", "data:")) for u in requests), requests

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import check_device, fail, ints, served
+from headprobe.cli.common import check_device, command_flags, fail, flagify, ints, served
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, Range
 
@@ -50,6 +50,22 @@ def explore(
         Path | None, typer.Option(help="write a self-contained static page here instead of serving")
     ] = None,
     export_levels: Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")] = 2,
+    export_heads: Annotated[
+        str,
+        typer.Option(
+            help="--export: the heads whose maps to embed: top:K (by --export-metric), all, or LAYER.HEAD,..."
+        ),
+    ] = "top:8",
+    export_metric: Annotated[
+        str,
+        typer.Option(
+            help="--export: the per-head metric top:K ranks by, highest first (auto: retrieval score, then needle "
+            "span mass, for --needle/--ruler; mean distance for --text)"
+        ),
+    ] = "auto",
+    export_max_mib: Annotated[
+        float, typer.Option(help="--export: refuse, before the work, a page estimated above this many MiB")
+    ] = 20.0,
     device: Annotated[str, typer.Option(help="torch device for the models")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     allow_beyond_trained: Annotated[
@@ -65,7 +81,8 @@ def explore(
     from headprobe.metrics.rows import Rows
     from headprobe.text.prompt_format import parse_prompt_format
 
-    _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, export_levels)
+    _check_options(ctx, checkpoints, text, ruler, needle, length, results, export)
+    settings = _export_settings(ctx, export, export_heads, export_metric, export_levels, export_max_mib)
     try:
         check_device(device)
         row_spec = Rows.parse(rows) if rows else None
@@ -82,31 +99,42 @@ def explore(
     )  # fmt: skip
     if export is None:
         with bind(host, port) as sock:  # a port in use is refused before any model loads
-            serve(_load(ctx, checkpoints, inputs | loading, export, export_levels), sock, host, open_browser)
+            serve(_load(ctx, checkpoints, inputs | loading, export, settings), sock, host, open_browser)
         served(ctx)  # the server runs until a Ctrl-C or SIGTERM: that is its end, not an interrupt
         return
-    _load(ctx, checkpoints, inputs | loading, export, export_levels)
+    _load(ctx, checkpoints, inputs | loading, export, settings)
     typer.echo(f"wrote {export} ({export.stat().st_size / 2**20:.1f} MiB): open it in any browser, no server needed")
 
 
-def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Path | None, levels: int) -> list:
+def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Path | None, settings: Any) -> list:
     """The models on the input (``options``: :func:`headprobe.explore.build_views`'s), with progress; and
-    the export page when asked for. Errors become one message."""
+    the export page when asked for (``settings``: its :class:`~headprobe.explore.export.ExportSettings`):
+    its size estimated before the forward passes and again once the heads are chosen, said, and a page
+    over the limit refused before anything is written. Errors become one message."""
     from headprobe.cli.progress import progress_bar
     from headprobe.explore import build_views
 
     try:
         with progress_bar("explore", ctx) as progress:
+            if export is not None:
+                from headprobe.explore.export import export_page, plan_export, precheck_export
+
+                def precheck(pairs: list) -> None:
+                    precheck_export(pairs, settings, export, options["layers"], options["results"] is not None)
+
+                options = options | {"before_capture": precheck}
             views = build_views(checkpoints, progress=progress, **options)
             if export is not None:
-                from headprobe.explore.export import export_page
+                plan = plan_export(views, settings)
+                progress.log(f"export: {plan.summary()}")
+                plan.check(export)
 
                 def tick(done: int, total: int) -> None:
                     if done == 1:
                         progress.start(total, "export")
                     progress.advance()
 
-                export_page(views, export, levels, progress=tick)
+                export_page(views, export, plan, progress=tick)
     except HeadprobeError as err:
         raise fail(err, ctx) from None
     return views
@@ -121,7 +149,6 @@ def _check_options(
     length: int | None,
     results: Path | None,
     export: Path | None,
-    export_levels: int,
 ) -> None:
     """Refuse bad options before any model loads."""
     if len(checkpoints) > 2:
@@ -150,8 +177,6 @@ def _check_options(
         raise fail(f"--results {results} {why}; give a `headprobe analyze` output folder", ctx)
     if export is not None and (export.is_dir() or not export.parent.is_dir()):
         raise fail(f"--export {export}: give an HTML file path in an existing folder", ctx)
-    if export_levels < 1:
-        raise fail(f"--export-levels {export_levels}: embed at least 1 level", ctx)
     from headprobe.hooked import check_model
 
     try:
@@ -159,6 +184,28 @@ def _check_options(
             check_model(path)
     except HeadprobeError as err:
         raise fail(err, ctx) from None
+
+
+def _export_settings(
+    ctx: typer.Context, export: Path | None, heads: str, metric: str, levels: int, max_mib: float
+) -> Any:
+    """The export's :class:`~headprobe.explore.export.ExportSettings`, checked before any model loads;
+    ``None`` without ``--export``, when the export options given are refused."""
+    names = ("export_heads", "export_metric", "export_levels", "export_max_mib")
+    given = [name for name in names if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"]
+    if export is None:
+        if given:
+            flags = ", ".join(flagify(f"`{name}`", command_flags(ctx)) for name in given)
+            raise fail(f"{flags}: only for a page written with --export PAGE.html", ctx)
+        return None
+    from headprobe.explore.export import ExportSettings
+
+    settings = ExportSettings(export_heads=heads, export_metric=metric, export_levels=levels, export_max_mib=max_mib)
+    try:
+        settings.validate()
+    except HeadprobeError as err:
+        raise fail(err, ctx) from None
+    return settings
 
 
 def bind(host: str, port: int) -> socket.socket:

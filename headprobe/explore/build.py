@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from headprobe.explore.inputs import ExploreInput, InputError, needle_input, ruler_input, text_input
@@ -46,23 +46,30 @@ def build_views(
     dtype: str | None = None,
     progress: Progress | None = None,
     allow_beyond_trained: bool = False,
+    before_capture: Callable[[list[tuple[HookedModel, ExploreInput]]], None] | None = None,
     **input_options,
 ) -> list[ModelView]:
     """One :class:`ModelView` per checkpoint (names made unique), each on the input of ``input_options``
     (:func:`make_input`). An input ``length`` beyond what a model was trained on is refused before any
-    model loads, as ``analyze`` and ``ruler eval`` refuse it, unless ``allow_beyond_trained``."""
-    views: list[ModelView] = []
+    model loads, as ``analyze`` and ``ruler eval`` refuse it, unless ``allow_beyond_trained``. Every model
+    is loaded and tokenises the input before the first forward pass; ``before_capture`` sees them then
+    (each model with its input) and may refuse the work by raising (e.g. a page too large to export)."""
     length = input_options.get("length")
     for path in checkpoints:
         warning = check_trained_lengths(path, [length] if length else [], allow_beyond_trained)
         if warning and progress is not None:
             progress.log(warning)
+    loaded: list[tuple[HookedModel, ExploreInput]] = []
     for path in checkpoints:
         name = checkpoint_name(path)
-        if any(v.name == name for v in views):
-            name = f"{name}#{len(views) + 1}"
+        if any(model.name == name for model, _ in loaded):
+            name = f"{name}#{len(loaded) + 1}"
         model = load_model(path, device=device, dtype=parse_dtype(dtype), log=progress.log if progress else None)
         model.name = name
-        inp = make_input(model, **input_options)
-        views.append(ModelView(model, inp, name, rows=rows, layers=layers, results=results, progress=progress))
-    return views
+        loaded.append((model, make_input(model, **input_options)))
+    if before_capture is not None:
+        before_capture(loaded)
+    return [
+        ModelView(model, inp, model.name, rows=rows, layers=layers, results=results, progress=progress)
+        for model, inp in loaded
+    ]

@@ -6,6 +6,7 @@
 
 const hp = (() => {
   const STATIC = window.HEADPROBE_STATIC || null;
+  const STATIC_STATUS = "static page: what it holds is said under Heads";
   let MAP_SIZE = 512;            // canvas side in CSS pixels (smaller when two maps are compared)
   const LABEL_PPT = 40;          // pixels per token from which cells show probabilities and tokens
   const MAX_PPT = 64;            // deepest zoom: 64 pixels per token
@@ -102,6 +103,7 @@ const hp = (() => {
           td.className = "cell";
           td.dataset.layer = layer.index;
           td.dataset.head = h;
+          const absent = layer.captured && !exported(m, layer.index, h);
           if (v === null || !layer.captured) {
             td.classList.add("missing");
             td.textContent = "–";
@@ -113,7 +115,12 @@ const hp = (() => {
             td.textContent = Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(2);
             td.title = `layer ${layer.index} head ${h}: ${v}`;
           }
-          if (layer.captured) td.addEventListener("click", () => openHead(m, layer.index, h));
+          if (absent) {
+            td.classList.add("absent");
+            td.title += ` — not in this page: export again with --export-heads ${layer.index}.${h}`;
+            td.addEventListener("click", () => status(`layer ${layer.index} head ${h} is not in this page: ` +
+              `export again with --export-heads ${layer.index}.${h}, or run headprobe explore`));
+          } else if (layer.captured) td.addEventListener("click", () => openHead(m, layer.index, h));
           const sel = state.heads[m];
           if (sel && sel.layer === layer.index && sel.head === h) td.classList.add("selected");
         }
@@ -122,11 +129,18 @@ const hp = (() => {
     }
   }
 
+  function exported(m, layer, head) {
+    // whether this page holds the head's maps (a static export holds those it was asked for)
+    if (!STATIC || !STATIC.export) return true;
+    return STATIC.export.heads[m].some(([l, h]) => l === layer && h === head);
+  }
+
   function openHead(m, layer, head) {
     state.heads[m] = { layer, head };
     // in compare mode the other model opens the same head where it has one
     state.info.models.forEach((model, i) => {
-      if (i !== m && model.layers[layer] && head < model.layers[layer].heads && model.layers[layer].captured) {
+      if (i !== m && model.layers[layer] && head < model.layers[layer].heads && model.layers[layer].captured &&
+          exported(i, layer, head)) {
         state.heads[i] = { layer, head };
       }
     });
@@ -159,15 +173,49 @@ const hp = (() => {
     return `${m}/${layer}/${head}/${level}/${row}/${col}`;
   }
 
+  function visibleColumns(meta, window, i) {
+    // pixel columns [lo, hi) of pixel row i that some query of the row's block sees; the rest are 0
+    // (export.py visible_columns: the same rule)
+    const { block, q0, k0, cols } = meta;
+    const qa = q0 + i * block;
+    const hi = Math.min(cols, Math.max(0, Math.floor((qa + block - 1 - k0) / block) + 1));
+    const lo = window === null ? 0 : Math.min(cols, Math.max(0, Math.ceil((qa - window + 2 - block - k0) / block)));
+    return [lo, Math.max(lo, hi)];
+  }
+
+  function tileValues(meta, window) {
+    // the server sends float32; an export uint16 codes of log10(value / max) for the visible pixels only
+    // (export.py encode_tile / decode_tile)
+    const bytes = Uint8Array.from(atob(meta.data), (c) => c.charCodeAt(0));
+    if (!STATIC || !STATIC.tiles) return new Float32Array(bytes.buffer);
+    const { decades, codes } = STATIC.tiles;
+    const coded = new DataView(bytes.buffer);
+    const values = new Float32Array(meta.rows * meta.cols);
+    let n = 0;
+    for (let i = 0; i < meta.rows; i++) {
+      const [lo, hi] = visibleColumns(meta, window, i);
+      for (let j = lo; j < hi; j++, n++) {
+        const c = coded.getUint16(2 * n, true);
+        values[i * meta.cols + j] = c === 0 ? 0 : meta.max * 10 ** (((c - 1) / (codes - 1)) * decades - decades);
+      }
+    }
+    return values;
+  }
+
+  function embedded(m, level) {
+    // whether this page holds the zoom level (a static export holds the coarsest it was asked for)
+    return !STATIC || !STATIC.export || STATIC.export.levels[m].includes(level);
+  }
+
   function requestTile(m, layer, head, level, row, col) {
     const key = tileKey(m, layer, head, level, row, col);
     if (tiles.has(key)) return tiles.get(key);
-    const entry = { loading: true };
+    const entry = { loading: !!embedded(m, level) };
     tiles.set(key, entry);
+    if (!entry.loading) return entry;  // drawn from the finest coarser level the page holds
     api("tile", { model: m, layer, head, level, row, col })
       .then((meta) => {
-        const bytes = Uint8Array.from(atob(meta.data), (c) => c.charCodeAt(0));
-        entry.values = new Float32Array(bytes.buffer);
+        entry.values = tileValues(meta, state.info.models[m].layers[layer].window);
         entry.meta = meta;
         entry.loading = false;
         scheduleRedraw();
@@ -191,7 +239,7 @@ const hp = (() => {
   function tileImage(entry, vmax, window) {
     const imageKey = `${state.scale}/${vmax}`;
     if (entry.image && entry.imageKey === imageKey) return entry.image;
-    const { rows, cols, block, q0, k0 } = entry.meta;
+    const { rows, cols } = entry.meta;
     const canvas = document.createElement("canvas");
     canvas.width = cols;
     canvas.height = rows;
@@ -199,10 +247,9 @@ const hp = (() => {
     const img = ctx.createImageData(cols, rows);
     const bg = state.cmap.background;
     for (let i = 0; i < rows; i++) {
-      const qa = q0 + i * block, qb = qa + block - 1;
+      const [lo, hi] = visibleColumns(entry.meta, window, i);
       for (let j = 0; j < cols; j++) {
-        const ka = k0 + j * block, kb = ka + block - 1;
-        const unseen = ka > qb || (window !== null && kb < qa - window + 1);
+        const unseen = j < lo || j >= hi;
         const rgb = unseen ? bg : colour(shade(entry.values[i * cols + j], vmax));
         const o = 4 * (i * cols + j);
         img.data[o] = rgb[0]; img.data[o + 1] = rgb[1]; img.data[o + 2] = rgb[2]; img.data[o + 3] = 255;
@@ -254,6 +301,13 @@ const hp = (() => {
       }
     }
     for (const [r, c] of wanted) requestTile(m, sel.layer, sel.head, g.level, r, c);
+    if (STATIC && STATIC.export) {
+      const finest = Math.min(...STATIC.export.levels[m]);
+      status(g.level < finest
+        ? `zoomed past this page's finest level (${1 << finest} tokens a pixel), shown magnified: ` +
+          "export with more --export-levels, or run headprobe explore"
+        : STATIC_STATUS);
+    }
     vmax = levelMax(m, sel.layer, sel.head, g.level);
     state.vmax = vmax;
     for (const [r, c] of wanted) {
@@ -632,7 +686,12 @@ const hp = (() => {
     drawTokens();
     await drawNeedle();
     redraw();
-    if (STATIC) status("static export: the overview and the zoom levels it holds (run headprobe explore for more)");
+    if (STATIC && STATIC.export) {
+      const note = document.getElementById("export-note");
+      note.textContent = STATIC.export.note;
+      note.hidden = false;
+    }
+    if (STATIC) status(STATIC_STATUS);
   }
 
   document.addEventListener("DOMContentLoaded", () => start().catch((err) => status(err.message)));
