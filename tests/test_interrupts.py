@@ -410,3 +410,35 @@ def test_ablate_stopped_keeps_its_finished_conditions_and_a_rerun_says_what_it_s
     assert "tiny baseline needle @ 256: done earlier, skipped" in again.stderr, again.stderr
     assert "heads-1.0-zero needle @ 256: done earlier" not in again.stderr  # the condition stopped is redone
     assert (out / "tiny" / "ablation.parquet").is_file()
+
+
+TRAINING_STUCK = """
+import time
+from headprobe.cli import install_interrupts
+from trainer.interrupt import interrupt_flag
+install_interrupts()
+with interrupt_flag() as stop:  # the trainer's handler: the first Ctrl-C asks the step to finish
+    while True:  # a step that never returns to Python (a long native call) and swallows what reaches it
+        try:
+            print("training", flush=True)
+            time.sleep(100)
+        except KeyboardInterrupt:
+            pass
+"""
+
+
+def test_a_second_ctrl_c_ends_a_step_stuck_in_native_code():
+    """The watchdog waited on signals the trainer handles; a second Ctrl-C during a step that never returns to
+    Python (a huge backward pass, a compile) held the process until the step ended. It now ends it."""
+    proc = subprocess.Popen([sys.executable, "-c", TRAINING_STUCK], preexec_fn=_default_sigint, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "training"
+    proc.send_signal(signal.SIGINT)  # the trainer's: finish the step
+    while "interrupt received: finishing this step" not in proc.stderr.readline():
+        pass
+    proc.send_signal(signal.SIGINT)  # now
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:  # never leave it running if the test fails
+        proc.kill()
+    assert proc.returncode == 130 and err.splitlines()[-1] == NOTHING, err
