@@ -194,6 +194,7 @@ def test_sigterm_to_a_parallel_grid_stops_its_workers_too(tmp_path):
         for pid in alive:
             os.kill(pid, signal.SIGKILL)
     assert took < 15, f"the grid took {took:.1f} s to stop"
+    assert proc.returncode == 130 and err.splitlines()[-1] == GRID_LINE.format(out=runs), err[-2000:]
     assert alive == [], f"workers still running 30 s after the grid stopped: {alive}\n{err[-2000:]}"
     for log in logs:  # each saved where it stopped: a rerun resumes
         assert sorted(p.name for p in log.parent.glob("step_*")), sorted(p.name for p in log.parent.iterdir())
