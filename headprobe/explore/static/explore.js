@@ -394,7 +394,7 @@ const hp = (() => {
         if (p === null) continue;
         const [r, gg, b] = colour(shade(p, state.vmax));
         ctx.fillStyle = r * 0.3 + gg * 0.6 + b * 0.1 > 140 ? "#000" : "#fff";
-        ctx.fillText(p < 0.01 ? p.toExponential(0) : p.toFixed(2), (k - g.x0 + 0.5) * g.ppt, (q - g.y0 + 0.5) * g.ppt);
+        ctx.fillText(p === 0 ? "0" : p < 0.01 ? p.toExponential(0) : p.toFixed(2), (k - g.x0 + 0.5) * g.ppt, (q - g.y0 + 0.5) * g.ppt);
       }
     }
     ctx.fillStyle = "rgba(255,255,255,0.85)";
