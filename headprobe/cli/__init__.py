@@ -55,6 +55,9 @@ def _watch(fd: int, handler: Callable[[int, object], None], session: Session) ->
         if signal.getsignal(data[0]) is not handler and presses < 2:
             continue
         threading.Event().wait(GRACE)
+        if session.ended is not None:  # the command ended meanwhile (the explorer's server stopped): its own code
+            _flush()
+            os._exit(session.ended)
         session.interrupted = True
         _end_interrupted(session)
 
