@@ -8,6 +8,7 @@ the definitions, one copy each. Nothing here calls the code under test.
 * :func:`complex_rope` RoPE as multiplication by complex phases.
 * :func:`dense_forward` the whole model written out from its weights.
 * :func:`dense_entropy_per_head` mean attention entropy per head from cached post-RoPE q/k.
+* :func:`pooled_reference` an attention map pooled into blocks, as the explorer defines its pixels.
 """
 
 from __future__ import annotations
@@ -153,4 +154,17 @@ def dense_entropy_per_head(model, ids: Tensor) -> dict[int, Tensor]:
         q = cache[f"blocks.{layer}.attn.hook_rot_q"].transpose(1, 2)
         k = cache[f"blocks.{layer}.attn.hook_rot_k"].transpose(1, 2)
         out[layer] = entropy_of(dense_probs(q, k, att.window, att.qk_head_dim**-0.5)).mean((0, 2))
+    return out
+
+
+def pooled_reference(p: torch.Tensor, rows: tuple[int, int], keys: tuple[int, int], block: int) -> torch.Tensor:
+    """``p [L, L]`` pooled by the explorer's definition, written out: the mean over each query block's
+    rows of the summed probabilities of each key block (partial blocks: the rows and keys that exist)."""
+    (r0, r1), (k0, k1) = rows, keys
+    out = torch.zeros(math.ceil((r1 - r0) / block), math.ceil((k1 - k0) / block), dtype=torch.float64)
+    for a in range(out.shape[0]):
+        qs = range(r0 + a * block, min(r1, r0 + (a + 1) * block))
+        for b in range(out.shape[1]):
+            ks = slice(k0 + b * block, min(k1, k0 + (b + 1) * block))
+            out[a, b] = sum(float(p[i, ks].sum()) for i in qs) / len(qs)
     return out

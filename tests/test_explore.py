@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from reference import dense_probs, visible
+from reference import dense_probs, pooled_reference, visible
 from typer.testing import CliRunner
 
 from headprobe.cli import app as cli
@@ -28,19 +28,6 @@ from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
-
-
-def pooled_reference(p: torch.Tensor, rows: tuple[int, int], keys: tuple[int, int], block: int) -> torch.Tensor:
-    """``p [L, L]`` pooled by the explorer's definition, written out: the mean over each query block's
-    rows of the summed probabilities of each key block (partial blocks: the rows and keys that exist)."""
-    (r0, r1), (k0, k1) = rows, keys
-    out = torch.zeros(math.ceil((r1 - r0) / block), math.ceil((k1 - k0) / block), dtype=torch.float64)
-    for a in range(out.shape[0]):
-        qs = range(r0 + a * block, min(r1, r0 + (a + 1) * block))
-        for b in range(out.shape[1]):
-            ks = slice(k0 + b * block, min(k1, k0 + (b + 1) * block))
-            out[a, b] = sum(float(p[i, ks].sum()) for i in qs) / len(qs)
-    return out
 
 
 @pytest.mark.parametrize("window", [None, 7, 64])

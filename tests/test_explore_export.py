@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import torch
 from cli_checks import invoke, refused, snapshot
-from reference import dense_probs, visible
-from test_explore import pooled_reference
+from reference import dense_probs, pooled_reference, visible
 
 from headprobe.explore import ModelView, TileSpec, top_level
 from headprobe.explore.export import (
@@ -68,7 +67,7 @@ def checkpoint(tmp_path_factory):
 
 
 def pool(p: torch.Tensor, spec: TileSpec, length: int, reduce: str = "mass") -> np.ndarray:
-    """``p [L, L]`` over the tile ``spec`` pooled as :func:`test_explore.pooled_reference` pools it (the mean
+    """``p [L, L]`` over the tile ``spec`` pooled as :func:`reference.pooled_reference` pools it (the mean
     over each query block's rows of the summed values of each key block), in whole arrays; ``reduce="any"``:
     whether any value of the block is nonzero."""
     (q0, q1), (k0, k1), b = spec.queries(length), spec.keys(length), spec.block
