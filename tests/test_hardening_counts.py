@@ -85,7 +85,7 @@ def test_ruler_generate_keeps_an_existing_file_and_names_a_folder_or_a_missing_p
 def test_inputs_that_ended_in_a_traceback_end_in_one_line(tmp_path, ckpt):
     # a results folder drawn into a file
     (tmp_path / "a_file").write_text("x")
-    refused(invoke("figures", tmp_path, "--out", tmp_path / "a_file"), "--out", "is a file; give a folder")
+    refused(invoke("figures", tmp_path, "--out", tmp_path / "a_file"), "--out", "is a file, not a folder")
     # a config that is not UTF-8 text
     (tmp_path / "latin1.json").write_bytes('{"name": "caf\xe9"}'.encode("latin-1"))
     refused(invoke("plan", "--config", tmp_path / "latin1.json"), "latin1.json is not UTF-8 text")

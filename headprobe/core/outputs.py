@@ -195,8 +195,8 @@ def found_at(path: str | Path) -> Found:
 # The rule
 # ---------------------------------------------------------------------------------------------
 def _input_conflict(target: Path, output: Output, inputs: Iterable[str | Path]) -> str | None:
-    """How ``target`` collides with an input (it is one, holds one, or lies inside one where ``output`` may
-    not: :attr:`Output.nests`), in words; ``None`` when it does not."""
+    """How ``target`` collides with an input: it is one, holds one, or lies inside one where ``output`` may
+    not (:attr:`Output.nests`); in words, ``None`` when it does not."""
     where = target.expanduser().resolve()
     for given in inputs:
         source = Path(given).expanduser().resolve()
@@ -204,13 +204,15 @@ def _input_conflict(target: Path, output: Output, inputs: Iterable[str | Path]) 
             return f"is the input {given} itself (writing it would replace what this command reads)"
         if where in source.parents:
             return f"holds the input {given} (writing it would replace what this command reads)"
-        if source in where.parents:
-            found = found_at(target)
-            if not output.nests:
-                return f"lies inside the input {given} (a command never writes into what it reads)"
-            if not (found.empty or output.owns(found)):
-                return f"is {found.words} inside the input {given} (writing it would change what this command reads)"
+        if source in where.parents and not output.nests:
+            return f"lies inside the input {given} (a command never writes into what it reads)"
     return None
+
+
+def _inside(target: Path, inputs: Iterable[str | Path]) -> str | None:
+    """The input ``target`` lies inside, as given; ``None`` when none."""
+    where = target.expanduser().resolve()
+    return next((str(g) for g in inputs if Path(g).expanduser().resolve() in where.parents), None)
 
 
 def claim(
@@ -244,6 +246,9 @@ def claim(
         return found
     if found.kind in ("file", "page", "link") and not target.is_dir():
         if overwrite and output.mode != "add":
+            if inside := _inside(target, inputs):  # a page beside the results may not replace one of them
+                raise OutputRefused(f"{name} is {found.words} inside the input {inside}, part of what this command "
+                                    f"reads; {fix}")  # fmt: skip
             return found
         if output.mode == "add":
             raise OutputRefused(f"{name} is {found.words}, not a folder; {fix} (a folder: it is created when missing)")
