@@ -12,6 +12,23 @@ from headprobe.cli.common import check_device, command_flags, fail, flagify, int
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, Range
 
+# what an --export page holds (headprobe.explore.export.ExportSettings, which checks them, defaults the same)
+ExportLevels = Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")]
+ExportHeads = Annotated[
+    str,
+    typer.Option(help="--export: the heads whose maps to embed: top:K (by --export-metric), all, or LAYER.HEAD,..."),
+]
+ExportMetric = Annotated[
+    str,
+    typer.Option(
+        help="--export: the per-head metric top:K ranks by, highest first (auto: retrieval score, then needle span "
+        "mass, for --needle/--ruler; mean distance for --text)"
+    ),
+]
+ExportMaxMib = Annotated[
+    float, typer.Option(help="--export: refuse, before the work, a page estimated above this many MiB")
+]
+
 
 def explore(
     ctx: typer.Context,
@@ -49,23 +66,10 @@ def explore(
     export: Annotated[
         Path | None, typer.Option(help="write a self-contained static page here instead of serving")
     ] = None,
-    export_levels: Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")] = 2,
-    export_heads: Annotated[
-        str,
-        typer.Option(
-            help="--export: the heads whose maps to embed: top:K (by --export-metric), all, or LAYER.HEAD,..."
-        ),
-    ] = "top:8",
-    export_metric: Annotated[
-        str,
-        typer.Option(
-            help="--export: the per-head metric top:K ranks by, highest first (auto: retrieval score, then needle "
-            "span mass, for --needle/--ruler; mean distance for --text)"
-        ),
-    ] = "auto",
-    export_max_mib: Annotated[
-        float, typer.Option(help="--export: refuse, before the work, a page estimated above this many MiB")
-    ] = 20.0,
+    export_levels: ExportLevels = 2,
+    export_heads: ExportHeads = "top:8",
+    export_metric: ExportMetric = "auto",
+    export_max_mib: ExportMaxMib = 20.0,
     device: Annotated[str, typer.Option(help="torch device for the models")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     allow_beyond_trained: Annotated[
