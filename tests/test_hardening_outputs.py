@@ -332,3 +332,20 @@ def test_results_of_a_checkpoint_retrained_at_its_path_are_not_reused(tmp_path):
     refused(_analyze(ckpt, out, "entropy", "128"), "its weights have changed since", "delete")
     assert snapshot(out) == before
     refused(invoke(*ruler), "the checkpoint's weights have changed since")
+
+
+def test_explore_export_keeps_a_file_it_did_not_write(tiny, tmp_path):
+    notes = tmp_path / "notes.html"
+    notes.write_text("<html>my notes</html>")
+    text = tmp_path / "text.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 8)
+    args = ("explore", tiny, "--text", text, "--no-open")
+    refused(invoke(*args, "--export", notes), f"--export {notes} is a file headprobe did not write", "--overwrite")
+    assert notes.read_text() == "<html>my notes</html>"
+    refused(invoke(*args, "--export", tiny / "config.json", "--overwrite"), "inside the input")
+    page = tmp_path / "page.html"
+    assert invoke(*args, "--export", page).exit_code == 0
+    assert '<meta name="generator" content="headprobe explore">' in page.read_text()
+    res = invoke(*args, "--export", page)  # its own page is made anew
+    assert res.exit_code == 0, res.output
+    assert invoke(*args, "--export", notes, "--overwrite").exit_code == 0 and "my notes" not in notes.read_text()

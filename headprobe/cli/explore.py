@@ -14,6 +14,9 @@ from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, Range
 
 # what an --export page holds (headprobe.explore.export.ExportSettings, which checks them, defaults the same)
 ExportLevels = Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")]
+Overwrite = Annotated[
+    bool, typer.Option(help="--export: replace a file headprobe did not write (its own page is redone)")
+]
 ExportHeads = Annotated[
     str,
     typer.Option(help="--export: the heads whose maps to embed: top:K (by --export-metric), all, or LAYER.HEAD,..."),
@@ -70,6 +73,7 @@ def explore(
     export_heads: ExportHeads = "top:8",
     export_metric: ExportMetric = "auto",
     export_max_mib: ExportMaxMib = 20.0,
+    overwrite: Overwrite = False,
     device: Annotated[str, typer.Option(help="torch device for the models")] = "cpu",
     dtype: Annotated[str | None, typer.Option(help=DTYPE_HELP)] = None,
     allow_beyond_trained: Annotated[
@@ -85,7 +89,7 @@ def explore(
     from headprobe.metrics.rows import Rows
     from headprobe.text.prompt_format import parse_prompt_format
 
-    _check_options(ctx, checkpoints, text, ruler, needle, length, results, export)
+    _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, overwrite)
     settings = _export_settings(ctx, export, export_heads, export_metric, export_levels, export_max_mib)
     try:
         check_device(device)
@@ -153,8 +157,11 @@ def _check_options(
     length: int | None,
     results: Path | None,
     export: Path | None,
+    overwrite: bool,
 ) -> None:
-    """Refuse bad options before any model loads."""
+    """Refuse bad options before any model loads, and an ``export`` page where it may not go
+    (:func:`headprobe.core.outputs.claim`: never over an input; a file headprobe did not write only with
+    ``overwrite``)."""
     if len(checkpoints) > 2:
         raise fail(f"give one checkpoint, or two to compare; got {len(checkpoints)}", ctx)
     chosen = [
@@ -181,6 +188,16 @@ def _check_options(
         raise fail(f"--results {results} {why}; give a `headprobe analyze` output folder", ctx)
     if export is not None and (export.is_dir() or not export.parent.is_dir()):
         raise fail(f"--export {export}: give an HTML file path in an existing folder", ctx)
+    if overwrite and export is None:
+        raise fail("--overwrite: only for a page written with --export PAGE.html", ctx)
+    if export is not None:
+        from headprobe.core.outputs import PAGE, claim
+
+        read = [*checkpoints, *(p for p in (text, results) if p is not None)]
+        try:
+            claim(export, PAGE, inputs=read, overwrite=overwrite, option="export")
+        except HeadprobeError as err:
+            raise fail(err, ctx) from None
     from headprobe.hooked import check_model
 
     try:

@@ -245,10 +245,11 @@ def claim(
             raise OutputRefused(f"{name} exists ({found.words}); {fix}, or add `overwrite` to replace it")
         return found
     if found.kind in ("file", "page", "link") and not target.is_dir():
+        if output.mode != "add" and (inside := _inside(target, inputs)):  # a page beside results, never over one
+            raise OutputRefused(
+                f"{name} is {found.words} inside the input {inside}, part of what this command reads; {fix}"
+            )
         if overwrite and output.mode != "add":
-            if inside := _inside(target, inputs):  # a page beside the results may not replace one of them
-                raise OutputRefused(f"{name} is {found.words} inside the input {inside}, part of what this command "
-                                    f"reads; {fix}")  # fmt: skip
             return found
         if output.mode == "add":
             raise OutputRefused(f"{name} is {found.words}, not a folder; {fix} (a folder: it is created when missing)")
