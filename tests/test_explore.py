@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -620,11 +621,9 @@ def test_compare_shows_two_models_with_linked_zoom(served, browser, tmp_path):
     assert drawn == 2 and not errors, errors
 
 
-def test_the_exported_page_works_from_a_file_without_a_server(served, browser, tmp_path):
-    from headprobe.explore.export import ExportSettings, export_page, plan_export
-
-    views, _, _ = served
-    path = export_page(views[:1], tmp_path / "explore.html", plan_export(views[:1], ExportSettings(export_heads="all")))
+def open_page_file(browser, path: Path) -> tuple[Any, list[str], list[str]]:
+    """An exported page opened from its file in the browser, once its overview is drawn; with the console
+    errors and the requested URLs it collects from then on."""
     errors: list[str] = []
     requests: list[str] = []
     page = browser.new_page(viewport={"width": 1300, "height": 1000})
@@ -633,6 +632,15 @@ def test_the_exported_page_works_from_a_file_without_a_server(served, browser, t
     page.on("request", lambda r: requests.append(r.url))
     page.goto(path.as_uri())
     page.wait_for_function("window.hp && window.hp.state.info !== null && document.querySelector('table.heads')")
+    return page, errors, requests
+
+
+def test_the_exported_page_works_from_a_file_without_a_server(served, browser, tmp_path):
+    from headprobe.explore.export import ExportSettings, export_page, plan_export
+
+    views, _, _ = served
+    path = export_page(views[:1], tmp_path / "explore.html", plan_export(views[:1], ExportSettings(export_heads="all")))
+    page, errors, requests = open_page_file(browser, path)
     page.click("table.heads td.cell[data-layer='1'][data-head='1']")
     page.evaluate("hp.idle()")
     page.wait_for_timeout(200)
@@ -664,14 +672,7 @@ def test_a_page_of_a_few_heads_decodes_them_and_says_what_it_left_out(checkpoint
     ]
     assert CliRunner().invoke(cli, args).exit_code == 0
     data = page_data(path.read_text())
-    errors: list[str] = []
-    requests: list[str] = []
-    page = browser.new_page(viewport={"width": 1300, "height": 1000})
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda r: requests.append(r.url))
-    page.goto(path.as_uri())
-    page.wait_for_function("window.hp && window.hp.state.info !== null && document.querySelector('table.heads')")
+    page, errors, requests = open_page_file(browser, path)
     assert "the maps of 2 of 14 heads of tiny (named: 3.1,0.2)" in page.inner_text("#export-note")
     absent = page.eval_on_selector_all("td.cell.absent", "cs => cs.map(c => [+c.dataset.layer, +c.dataset.head])")
     layers = [(0, 4), (1, 4), (2, 4), (3, 2)]
