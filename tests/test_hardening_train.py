@@ -196,10 +196,10 @@ def test_prepare_refuses_an_existing_data_folder(tmp_path, source):
     other = tmp_path / "other.txt"
     other.write_text("different text")
     res = invoke("data", "prepare", str(other), "--out", str(out))
-    assert_clean_error(res, str(out), "already a data folder", "--overwrite")
+    assert_clean_error(res, str(out), "exists (a data folder)", "--overwrite")
     assert (out / MANIFEST).read_bytes() == before
     res = invoke("data", "synth", "--tokens", "100", "--out", str(out))
-    assert_clean_error(res, str(out), "already a data folder", "--overwrite")
+    assert_clean_error(res, str(out), "exists (a data folder)", "--overwrite")
     assert (out / MANIFEST).read_bytes() == before
     assert hidden(tmp_path) == []
 

@@ -27,14 +27,14 @@ import numpy as np
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.outputs import DATA, claim
+from headprobe.core.outputs import DATA, MANIFEST_FILE, claim
 from headprobe.core.paths import not_a, read_utf8
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, encode_spans
 from headprobe.text.jsonl import jsonl_records
 from headprobe.text.tasks import TaskMix
 from trainer.config import ReportCount
 
-MANIFEST = "manifest.json"
+MANIFEST = MANIFEST_FILE
 FORMAT = "headprobe-tokens-1"
 SHARD_TOKENS = 1 << 24  # 16M tokens per shard
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}

@@ -46,7 +46,7 @@ from typing import Any
 
 from headprobe.core.atomic import atomic_write_text
 from headprobe.core.cleanup import CLEANUPS
-from headprobe.core.outputs import GRID, claim
+from headprobe.core.outputs import GRID, MANIFEST_FILE, claim
 from headprobe.core.paths import read_utf8
 from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, ReportCount, TrainConfig, TrainError, TrainResult
@@ -376,7 +376,7 @@ def run_grid(
     chosen, order = _members(plan.scale, members), _needed(plan, stages)
     chains = [(seed, member) for seed in (seeds if seeds is not None else plan.seeds) for member in chosen]
     _check_configs(plan, runs, chains, order, overrides)
-    manifest_path = runs / "manifest.json"
+    manifest_path = runs / MANIFEST_FILE
     manifest: dict[str, Any] = {"recipe": plan.source, "scale": plan.scale, "profile": profile, "runs": []}
     claim(runs, GRID, fix="give the grid another `out`")  # a new folder, or this grid's to continue
     if manifest_path.is_file():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.outputs import STEP_FILE
 from headprobe.text.tasks import TaskMix
 from trainer.config import ReportCount, TrainConfig, TrainResult
 from trainer.data import check_new_folder
@@ -86,7 +87,7 @@ class TrainerPlugin:
         an existing checkpoint there is replaced only with ``overwrite``; nothing else ever is)."""
         from trainer.train_state import export_step
 
-        if not (step_folder / "state.json").is_file():
+        if not (step_folder / STEP_FILE).is_file():
             raise FileNotFoundError(f"{step_folder} is not a step checkpoint (no state.json)")
         return export_step(step_folder, out, overwrite)
 

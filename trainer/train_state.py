@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from headprobe.core.atomic import atomic_write_text
+from headprobe.core.outputs import STEP_FILE
 from headprobe.core.paths import file_sha256
 from headprobe.model.config import ModelConfig
 from trainer.distributed import World, barrier
@@ -101,7 +102,7 @@ def save_step(
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     if world.is_main:
-        atomic_write_text(tmp / "state.json", json.dumps({**state, "step": step, "world_size": world.size}, indent=2))
+        atomic_write_text(tmp / STEP_FILE, json.dumps({**state, "step": step, "world_size": world.size}, indent=2))
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -112,7 +113,7 @@ def save_step(
 
 
 def read_state(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "state.json").read_text())
+    return json.loads((folder / STEP_FILE).read_text())
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -119,6 +119,11 @@ def _create_temporary(path: Path, create: Callable[[Path], _T]) -> tuple[Path, s
 _TEMPORARY = re.compile(r"\..+\.(tmp|old)-[0-9a-f]{8}")  # what _hidden_sibling names, and nothing else
 
 
+def is_leftover(name: str) -> bool:
+    """Whether a file or folder name is a writer's hidden temporary or a run's lock: nothing a user wrote."""
+    return name == LOCK_FILE or _TEMPORARY.fullmatch(name) is not None
+
+
 def sweep_temporaries(folder: str | Path) -> list[Path]:
     """Remove the hidden ``.NAME.tmp-TOKEN`` / ``.NAME.old-TOKEN`` entries below ``folder`` that a killed
     writer left (a process stopped by SIGKILL or a crash cannot clean up after itself); returns what was

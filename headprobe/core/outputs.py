@@ -6,7 +6,8 @@ whatever would lose data:
 
 * **Never an input.** A target that is an input, holds one, or lies inside one is refused, ``overwrite``
   or not: ``train export RUN/step_6 RUN`` would replace the run it reads, ``export hf par/final par
-  --overwrite`` the checkpoint it exports.
+  --overwrite`` the checkpoint it exports. Only a page or figures may sit inside the results they show
+  (:attr:`Output.nests`), as new files or their own earlier ones, never over one of the results.
 * **Nothing but its own kind.** A target is written when it is missing or empty, or holds what this
   command writes: a command that adds to its output (a results folder, a training run, a grid, a study,
   a figures folder) adds there, and its own checks decide what a rerun may change; a command that
@@ -25,16 +26,17 @@ holds is read from the files each kind always has (module constants below), neve
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from headprobe.core.atomic import is_leftover
 from headprobe.core.errors import HeadprobeError
 
 RUN_FILE = "run.json"  # a results folder's record: {"job": "analyze", ...} (headprobe.runs)
-CONFIG_FILE = "config.json"  # a checkpoint's config (headprobe.model.checkpoint); a Hugging Face folder's too
+# the files each kind always has, named here once (headprobe.model.checkpoint, the trainer and export use these)
+CONFIG_FILE = "config.json"  # a checkpoint's config; a Hugging Face folder's too
 WEIGHTS_FILE = "model.safetensors"  # a checkpoint's weights
 STEP_FILE = "state.json"  # a training step folder's state, beside its dcp/ shards (trainer.train_state)
 RUN_FILES = ("train_config.json", "metrics.jsonl", "result.json")  # a training run's records (trainer.train)
@@ -49,7 +51,6 @@ Kind = Literal[
     "file", "link", "folder",
 ]  # fmt: skip
 Mode = Literal["add", "replace", "renew"]
-_IGNORED = re.compile(r"\.headprobe\.lock|\..+\.(tmp|old)-[0-9a-f]{8}")  # a lock, a killed writer's leftovers
 
 
 class OutputRefused(HeadprobeError, FileExistsError):
@@ -124,7 +125,7 @@ def _json(path: Path) -> object:
 
 def _entries(folder: Path) -> list[Path]:
     """``folder``'s entries, without a run's lock or a killed writer's temporaries."""
-    return sorted(p for p in folder.iterdir() if not _IGNORED.fullmatch(p.name))
+    return sorted(p for p in folder.iterdir() if not is_leftover(p.name))
 
 
 def _is_page(path: Path) -> bool:

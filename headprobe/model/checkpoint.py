@@ -23,13 +23,12 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.outputs import CONFIG_FILE, WEIGHTS_FILE
 from headprobe.core.paths import GGUF_SUFFIX, file_sha256, is_gguf, not_a
 from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 FORMAT = "headprobe-checkpoint-1"
 # config fields that decide what each weight means; symmetric grid members (e.g. toy-d16 and toy-d64)

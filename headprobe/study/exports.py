@@ -23,7 +23,7 @@ from headprobe.core.paths import file_sha256
 from headprobe.export.hf import ORIGIN_KEY, export_hf
 from headprobe.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from headprobe.results import Column, Schema, TableMeta, table_path, write_table
-from headprobe.runs import Progress, Silent, checkpoint_name
+from headprobe.runs import Progress, Silent, checkpoint_name, mark_folder
 from headprobe.study.settings import StudyError
 from headprobe.study.tables import WHO_COLUMNS
 
@@ -63,6 +63,7 @@ def export_runs(
         raise StudyError(f"the grid's manifest lists no finished run{' among ' + ', '.join(runs) if runs else ''}")
     if command is not None and (not command or not any(p in arg for arg in command for p in PLACEHOLDERS)):
         raise StudyError(f"the command {list(command)} never names the export: put {{path}} where its folder goes")
+    mark_folder(out, "study")  # a study's results folder, which the analyses scripts share
     rows = []
     progress.start(len(chosen), "export")
     for run in chosen:
