@@ -20,9 +20,10 @@ from figures import style, tables
 from figures.data import MissingInput, Results
 from figures.spec import Spec
 from headprobe.core.atomic import atomic_write_bytes, atomic_write_text
-from headprobe.core.outputs import FIGURES, FIGURES_FILE, claim
+from headprobe.core.outputs import FIGURES, FIGURES_FILE, OutputRefused, claim, input_conflict
 
 FORMATS = ("png", "pdf", "svg")
+SUFFIXES = {f".{f}" for f in (*FORMATS, "md", "tex", "csv")}  # what a figures folder holds (figures and tables)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def draw(
     unknown = sorted(set(only or ()) - set(names))
     if unknown:
         raise SettingError(f"unknown figure(s) {unknown}; the figures are: {', '.join(names)}")
-    claim(out, FIGURES, inputs=[results])  # a new folder, or one of figures (beside the results is fine)
+    check_figures_folder(Path(out), Path(results), names)
     data = Results(Path(results))
     report = DrawReport(Path(out))
     chosen = [s for s in specs if not only or s.name in only]
@@ -101,17 +102,44 @@ def draw(
         else:
             report.drawn[spec.name] = save_figure(made, stem, formats)
     if report.drawn:  # the folder's index: what it holds, and from which results (every draw into it, merged)
-        index = report.out / FIGURES_FILE
-        try:
-            earlier = json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {}
-        except (OSError, ValueError):
-            earlier = {}  # a damaged index is written anew
-        drawn = {
-            **(earlier.get("drawn", {}) if isinstance(earlier, dict) else {}),
-            **{k: [p.name for p in v] for k, v in report.drawn.items()},
-        }
-        atomic_write_text(index, json.dumps({"results": str(results), "drawn": drawn}, indent=2) + "\n")
+        drawn = {**_index(report.out).get("drawn", {}), **{k: [p.name for p in v] for k, v in report.drawn.items()}}
+        index = {"results": str(Path(results).resolve()), "drawn": drawn}
+        atomic_write_text(report.out / FIGURES_FILE, json.dumps(index, indent=2) + "\n")
     return report
+
+
+def _index(out: Path) -> dict[str, Any]:
+    """A figures folder's index (``figures.json``), or ``{}`` when it has none or it cannot be read."""
+    try:
+        index = json.loads((out / FIGURES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+def check_figures_folder(out: Path, results: Path, names: Sequence[str]) -> None:
+    """Refuse, before drawing, an ``out`` that is not a figures folder of these ``results``
+    (:func:`headprobe.core.outputs.claim`: a new folder, or one of figures, beside the results is fine), or a
+    figures folder of other results (their figures would be replaced and the index mixed). A folder drawn
+    before folders had an index is one of figures when it holds nothing but files named for the figures and
+    tables (``names``)."""
+    legacy = (
+        out.is_dir()
+        and not (out / FIGURES_FILE).exists()
+        and any(out.iterdir())
+        and all(p.is_file() and p.stem in names and p.suffix in SUFFIXES for p in out.iterdir())
+    )
+    if legacy:
+        if why := input_conflict(out, FIGURES, [results]):
+            raise OutputRefused(f"`out` {out} {why}; give another `out`")
+        return
+    claim(out, FIGURES, inputs=[results])
+    drawn_from = _index(out).get("results")
+    if drawn_from and Path(drawn_from).resolve() != results.resolve():
+        raise OutputRefused(
+            f"`out` {out} holds the figures of {drawn_from}, not of {results}; give another `out` (a folder's figures "
+            "are of one results folder)"
+        )
 
 
 WRITERS = (

@@ -270,7 +270,9 @@ def test_bad_inputs_are_refused_before_any_work(tmp_path):
     before = (tmp_path / "out" / "model.safetensors").read_bytes()
     res = export(tmp_path / "ckpt", tmp_path / "out")
     assert res.exit_code == 2
-    assert "exists (a Hugging Face model folder); give another OUT, or add --overwrite" in res.output
+    assert "exists (a Hugging Face export of a headprobe checkpoint); give another OUT, or add --overwrite" in (
+        res.output
+    )
     assert export(tmp_path / "ckpt", tmp_path / "out", "--overwrite").exit_code == 0
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == before
     (tmp_path / "broken").mkdir()

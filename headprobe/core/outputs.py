@@ -42,13 +42,22 @@ STEP_FILE = "state.json"  # a training step folder's state, beside its dcp/ shar
 RUN_FILES = ("train_config.json", "metrics.jsonl", "result.json")  # a training run's records (trainer.train)
 MANIFEST_FILE = "manifest.json"  # a data folder's ("shards") or a training grid's ("runs") manifest
 PAGE_MARK = '<meta name="generator" content="headprobe'  # in the head of every page headprobe writes
-FIGURES_FILE = "figures.json"  # a figures folder's index of what it holds (figures.draw)
-FIGURE_SUFFIXES = {".png", ".pdf", ".svg", ".md", ".tex", ".csv"}  # what `headprobe figures` writes
-IMAGE_SUFFIXES = {".png", ".pdf", ".svg"}
+FIGURES_FILE = "figures.json"  # a figures folder's index of what it holds, and of which results (figures.draw)
+EXPORT_KEY = "headprobe"  # in the config.json of a Hugging Face folder exported from one of ours (export.hf)
+# what a folder of each replaceable kind consists of: anything else in it is someone's, and keeps it from
+# being replaced (names, or name prefixes ending in "*")
+KIND_FILES = {
+    "checkpoint": ("config.json", "model.safetensors", "tokenizer.json"),
+    "hf_model": ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "special_tokens_map.json", "configuration_headshape.py",
+                 "modeling_headshape.py"),
+    "data": ("manifest.json", "shard_*"),
+}  # fmt: skip
+CONTAINERS = ("study", "real-demo")  # results that hold other kinds of output (a grid, exports) by design
 
 Kind = Literal[
-    "nothing", "checkpoint", "hf_model", "step", "run", "grid", "data", "results", "page", "figures", "gguf",
-    "file", "link", "folder",
+    "nothing", "checkpoint", "hf_model", "hf_other", "step", "run", "grid", "data", "results", "page", "figures",
+    "gguf", "file", "link", "folder",
 ]  # fmt: skip
 Mode = Literal["add", "replace", "renew"]
 
@@ -98,7 +107,7 @@ class Output:
 
 
 CHECKPOINT = Output("checkpoint", "a checkpoint", "replace")
-HF_MODEL = Output("hf_model", "a Hugging Face model folder", "replace")
+HF_MODEL = Output("hf_model", "a Hugging Face export of a headprobe checkpoint", "replace")
 DATA = Output("data", "a data folder", "replace")
 SAMPLES = Output("file", "a sample file", "replace")
 PAGE = Output("page", "a page", "renew", nests=True)
@@ -145,15 +154,20 @@ def _folder(path: Path) -> Found:
     record = _json(path / RUN_FILE) if RUN_FILE in names else None
     if isinstance(record, dict) and isinstance(record.get("job"), str):
         return Found("results", f"the results of `headprobe {record['job']}`", record["job"])
+    if RUN_FILE in names:
+        return Found("results", f"a results folder whose record {RUN_FILE} cannot be read (restore it, or delete it to "
+                     "let the command that wrote the folder write it again)")  # fmt: skip
     if STEP_FILE in names and (path / "dcp").is_dir():
         return Found("step", "a training step folder")
     if CONFIG_FILE in names:
         config = _json(path / CONFIG_FILE)
+        if isinstance(config, dict) and EXPORT_KEY in config and "model_type" in config:
+            return Found("hf_model", "a Hugging Face export of a headprobe checkpoint")
         if isinstance(config, dict) and "model_type" in config:
-            return Found("hf_model", "a Hugging Face model folder")
+            return Found("hf_other", "a Hugging Face model folder headprobe did not write")
         if WEIGHTS_FILE in names:
             return Found("checkpoint", "a headprobe checkpoint")
-    if names & set(RUN_FILES) or any(n == "final" or n.startswith("step_") for n in names):
+    if names & set(RUN_FILES):  # train_config.json is written before the first step
         return Found("run", "a training run")
     if MANIFEST_FILE in names:
         manifest = _json(path / MANIFEST_FILE)
@@ -163,10 +177,7 @@ def _folder(path: Path) -> Found:
             return Found("data", "a data folder")
     if (path / "runs" / MANIFEST_FILE).is_file() or (path / "tables" / "study_runs.parquet").is_file():
         return Found("results", "the results of `headprobe study`", "study")  # written before studies had a record
-    if FIGURES_FILE in names or (
-        all(p.is_file() and p.suffix in FIGURE_SUFFIXES for p in entries)
-        and any(p.suffix in IMAGE_SUFFIXES for p in entries)
-    ):  # the index, or (drawn before there was one) nothing but figures and their tables
+    if FIGURES_FILE in names:
         return Found("figures", "a folder of figures and tables")
     shown = ", ".join(p.name + ("/" if p.is_dir() else "") for p in entries[:4])
     more = f" and {len(entries) - 4} more" if len(entries) > 4 else ""
@@ -195,7 +206,7 @@ def found_at(path: str | Path) -> Found:
 # ---------------------------------------------------------------------------------------------
 # The rule
 # ---------------------------------------------------------------------------------------------
-def _input_conflict(target: Path, output: Output, inputs: Iterable[str | Path]) -> str | None:
+def input_conflict(target: Path, output: Output, inputs: Iterable[str | Path]) -> str | None:
     """How ``target`` collides with an input: it is one, holds one, or lies inside one where ``output`` may
     not (:attr:`Output.nests`); in words, ``None`` when it does not."""
     where = target.expanduser().resolve()
@@ -216,6 +227,33 @@ def _inside(target: Path, inputs: Iterable[str | Path]) -> str | None:
     return next((str(g) for g in inputs if Path(g).expanduser().resolve() in where.parents), None)
 
 
+def _holder(target: Path) -> tuple[Path, Found] | None:
+    """The nearest folder above ``target`` that is a kind of headprobe's (a checkpoint, a run, results ...),
+    with what it is; ``None`` when there is none."""
+    for parent in target.expanduser().absolute().parents:
+        found = found_at(parent)
+        if found.kind not in ("nothing", "folder", "figures", "file", "link"):
+            return parent, found
+    return None
+
+
+def _extras(target: Path, found: Found) -> list[str]:
+    """The entries of the folder ``target`` that its kind (:data:`KIND_FILES`) does not consist of."""
+    own = KIND_FILES.get(found.kind)
+    if own is None or not target.is_dir():
+        return []
+    names = [p.name + ("/" if p.is_dir() else "") for p in _entries(target)]
+    return [n for n in names if not any(n == o or (o.endswith("*") and n.startswith(o[:-1])) for o in own)]
+
+
+def _part_of(target: Path, name: str, fix: str) -> None:
+    """Refuse replacing ``target`` when it is part of a checkpoint, a run, results ... (other than a study's
+    or a demo's folder, which hold other kinds of output by design)."""
+    held = _holder(target)
+    if held is not None and held[1].job not in CONTAINERS:
+        raise OutputRefused(f"{name} is part of {held[1].words} ({held[0]}), which this command does not write; {fix}")
+
+
 def claim(
     target: str | Path,
     output: Output,
@@ -232,7 +270,7 @@ def claim(
     target = Path(target)
     name = f"`{option}` {target}"
     fix = fix or f"give another `{option}`"
-    if why := _input_conflict(target, output, inputs):
+    if why := input_conflict(target, output, inputs):
         raise OutputRefused(f"{name} {why}; {fix}")
     found = found_at(target)
     if found.empty:
@@ -242,14 +280,24 @@ def claim(
             return found  # replaced as a link; what it points to is left alone
         raise OutputRefused(f"{name} is {found.words}; {fix}, or `overwrite` to replace the link (not its target)")
     if output.owns(found) or (found.kind == "link" and output.owns(found_at(target.resolve()))):
-        if output.mode == "replace" and not overwrite:
-            raise OutputRefused(f"{name} exists ({found.words}); {fix}, or add `overwrite` to replace it")
+        if output.mode == "replace":
+            if extras := _extras(target, found):
+                shown = ", ".join(extras[:4]) + (f" and {len(extras) - 4} more" if len(extras) > 4 else "")
+                raise OutputRefused(
+                    f"{name} is {found.words} that also holds {shown}, which replacing it would delete; move them "
+                    f"out first, or {fix}"
+                )
+            _part_of(target, name, fix)
+            if not overwrite:
+                raise OutputRefused(f"{name} exists ({found.words}); {fix}, or add `overwrite` to replace it")
         return found
     if found.kind in ("file", "page", "link") and not target.is_dir():
         if output.mode != "add" and (inside := _inside(target, inputs)):  # a page beside results, never over one
             raise OutputRefused(
                 f"{name} is {found.words} inside the input {inside}, part of what this command reads; {fix}"
             )
+        if output.mode != "add":
+            _part_of(target, name, fix)  # a file of a checkpoint, a run, results ... is never replaced
         if overwrite and output.mode != "add":
             return found
         if output.mode == "add":

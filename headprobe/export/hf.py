@@ -30,7 +30,7 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.outputs import HF_MODEL, STEP_FILE, claim
+from headprobe.core.outputs import EXPORT_KEY, HF_MODEL, STEP_FILE, claim
 from headprobe.core.paths import file_sha256, is_gguf, not_a
 from headprobe.model.checkpoint import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, load_checkpoint
 from headprobe.model.config import LayerType, ModelConfig
@@ -40,7 +40,7 @@ from headprobe.model.transformer import Transformer
 MODEL_TYPE = "headshape"
 CODE = Path(__file__).parent / "hf_code"
 CODE_FILES = ("configuration_headshape.py", "modeling_headshape.py")
-ORIGIN_KEY = "headprobe"  # config.json: what the folder was exported from
+ORIGIN_KEY = EXPORT_KEY  # config.json: what the folder was exported from (how core.outputs knows an export)
 AUTO_MAP = {
     "AutoConfig": "configuration_headshape.HeadShapeConfig",
     "AutoModel": "modeling_headshape.HeadShapeModel",
