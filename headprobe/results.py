@@ -12,9 +12,10 @@ through :func:`read_table` and :func:`collect`.
 * Each table has a :class:`Schema` (its documented columns); writing checks the frame against it.
 * A results folder holds one sub-folder per model (``OUT/<model>/<table>.parquet``) plus the run
   record ``OUT/run.json``; :func:`collect` concatenates one table over every model of a folder.
-* Results are keyed by what made them: each table records its checkpoint's identity (resolved path and a
-  fingerprint of its weights) and settings, and :func:`collect` reads the results of different checkpoints
-  or settings that share a model's name apart, under labels that say what differs.
+* Results are keyed by what made them: each table records its checkpoint's identity (resolved path, a
+  fingerprint of its weights and its config and tokenizer files by content) and settings (input files by
+  content too), and :func:`collect` reads the results of different checkpoints, configs, settings or input
+  files that share a model's name apart, under labels that say what differs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pandas as pd
 
 from headprobe.core.atomic import atomic_file
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.paths import not_a
+from headprobe.core.paths import CONTENT, not_a
 
 FORMAT = "headprobe-results-1"
 META_KEY = b"headprobe"
@@ -112,8 +113,10 @@ class TableMeta:
         identity: which checkpoint this was, beyond its name (:func:`headprobe.runs.checkpoint_identity`):
             ``path``, the checkpoint resolved to an absolute path; ``weights``, a fingerprint of its weight
             files (their names, sizes and modification times), so that a checkpoint retrained at the same
-            path is another; ``modified``, when the newest weight file was written (UTC, ISO 8601). Empty in
-            tables written before headprobe recorded it.
+            path is another; ``config``, its config and tokenizer files by name with a fingerprint of each
+            one's content (an edited ``config.json`` is another model; absent in tables written before);
+            ``modified``, when the newest of those files was written (UTC, ISO 8601). Empty in tables written
+            before headprobe recorded it.
     """
 
     table: str
@@ -241,32 +244,42 @@ class Origin:
         checkpoint: the checkpoint's resolved path (:attr:`TableMeta.identity`), else (tables written
             before headprobe recorded it) its path as given; ``None`` when neither was recorded.
         weights: the fingerprint of its weight files (``None`` in older tables).
-        modified: when its newest weight file was written (UTC, ISO 8601; ``None`` in older tables).
-        settings: the settings that decide the numbers (all but :data:`ROW_SETTINGS`).
+        modified: when its newest weight or config file was written (UTC, ISO 8601; ``None`` in older tables).
+        settings: the settings that decide the numbers (all but :data:`ROW_SETTINGS`), input files by content.
+        config: its config and tokenizer files by name, with a fingerprint of each one's content (``None`` in
+            older tables).
     """
 
     checkpoint: str | None
     weights: str | None
     modified: str | None
     settings: dict[str, Any]
+    config: dict[str, str] | None = None
 
     @classmethod
     def of(cls, meta: TableMeta) -> Origin:
         found = meta.identity or {}
         settings = {k: v for k, v in meta.settings.items() if k not in ROW_SETTINGS}
-        return cls(found.get("path") or meta.checkpoint, found.get("weights"), found.get("modified"), settings)
+        path, config = found.get("path") or meta.checkpoint, found.get("config")
+        return cls(path, found.get("weights"), found.get("modified"), settings, config)
 
     def differences(self, other: Origin) -> list[str]:
         """What tells ``self`` from ``other``: ``checkpoint`` (another path), ``weights`` (the same path,
-        other weights) and the names of the settings whose values differ. What either does not record (a
-        table written before the identity was, a setting added since) tells nothing apart."""
+        other weights), ``config`` (the same path and weights, other config or tokenizer files) and the names
+        of the settings whose values differ. What either does not record (a table written before the identity
+        was, a setting added since) tells nothing apart."""
         out = []
         if self.checkpoint and other.checkpoint and not same_path(self.checkpoint, other.checkpoint):
             out.append("checkpoint")
         elif self.weights and other.weights and self.weights != other.weights:
             out.append("weights")
+        elif self.config is not None and other.config is not None and self.config != other.config:
+            out.append("config")
         both = set(self.settings) & set(other.settings)
         return out + sorted(k for k in both if self.settings[k] != other.settings[k])
+
+
+IDENTITY = ("checkpoint", "weights", "config")  # what Origin.differences names of the checkpoint itself
 
 
 def same_path(a: str | Path, b: str | Path) -> bool:
@@ -301,15 +314,31 @@ def _value(value: Any) -> str:
 def _differ(origins: list[Origin]) -> list[str]:
     """What tells some of ``origins`` apart (:meth:`Origin.differences`), checkpoint and weights first."""
     found = {d for a in origins for b in origins for d in a.differences(b)}
-    return [d for d in ("checkpoint", "weights") if d in found] + sorted(found - {"checkpoint", "weights"})
+    return [d for d in IDENTITY if d in found] + sorted(found - set(IDENTITY))
 
 
-def _apart_because(differ: list[str]) -> str:
-    """``differ`` (:func:`_differ`) in words: ``from different checkpoints, with other settings (seed)``."""
-    words = {"checkpoint": "from different checkpoints", "weights": "from other weights at one path"}
+def _apart_because(differ: list[str], origins: list[Origin] | None = None) -> str:
+    """``differ`` (:func:`_differ`) in words: ``from different checkpoints, with other settings (seed)``; input
+    files whose content differs among ``origins`` by name: ``from other contents of mc.jsonl``."""
+    words = {
+        "checkpoint": "from different checkpoints",
+        "weights": "from other weights at one path",
+        "config": "from other config files at one path",
+    }
     said = [words[d] for d in differ if d in words]
-    settings = [d for d in differ if d not in words]
+    settings = [d for d in differ if d not in words and not d.endswith(CONTENT)]
+    contents = [d for d in differ if d.endswith(CONTENT)]
+    files = dict.fromkeys(path for d in contents for o in origins or [] for path in o.settings.get(d) or {})
+    said += [f"from other contents of {', '.join(files)}"] if files else []
     return ", ".join(said + ([f"with other settings ({', '.join(settings)})"] if settings else []))
+
+
+def _setting_label(name: str, value: Any) -> str:
+    """One setting of a label: ``seed 7``; input files by path and the start of their SHA-256: ``mc.jsonl
+    24cd07d7``."""
+    if name.endswith(CONTENT) and isinstance(value, dict):
+        return ", ".join(f"{path} {digest[:8]}" for path, digest in value.items())
+    return f"{name} {_value(value)}"
 
 
 def labels_apart(name: str, origins: list[Origin]) -> list[str]:
@@ -328,7 +357,9 @@ def labels_apart(name: str, origins: list[Origin]) -> list[str]:
         parts = [places[i]] if places else []
         if "weights" in differ:
             parts.append(f"weights of {origin.modified or origin.weights}")
-        parts += [f"{k} {_value(origin.settings.get(k))}" for k in differ if k not in ("checkpoint", "weights")]
+        if "config" in differ and "weights" not in differ:
+            parts.append(f"config of {origin.modified or '?'}")
+        parts += [_setting_label(k, origin.settings.get(k)) for k in differ if k not in IDENTITY]
         labels.append(f"{name} ({', '.join(parts)})")
     if len(set(labels)) < len(labels):  # what tells them apart was not recorded alike: number them
         labels = [f"{label} #{i + 1}" for i, label in enumerate(labels)]
@@ -383,8 +414,9 @@ def collect(folder: str | Path, table: str, recursive: bool = False) -> pd.DataF
         for label, (_, members) in zip(labels, known, strict=True):
             for i in members:
                 frames[i] = frames[i].assign(model=label)
+        origins = [o for o, _ in known]
         warnings.warn(
-            f"results named {name} were made {_apart_because(_differ([o for o, _ in known]))}; shown apart as "
+            f"results named {name} were made {_apart_because(_differ(origins), origins)}; shown apart as "
             + ", ".join(labels),
             ResultsWarning,
             stacklevel=2,

@@ -26,7 +26,7 @@ import torch
 from headprobe.core.atomic import LOCK_FILE, atomic_write_text, folder_lock
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.outputs import RUN_FILE, OutputRefused, claim, job_results
-from headprobe.core.paths import file_sha256
+from headprobe.core.paths import CONTENT, changed_files, file_sha256
 from headprobe.core.ranks import Ranks
 from headprobe.hooked.gguf import SOURCE_FILE
 from headprobe.hooked.load import model_name
@@ -134,6 +134,12 @@ def table_meta(
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")  # the files a checkpoint folder's weights are in
+# the files beside the weights that decide a model's numbers too: its shape, RoPE and window (config.json), its
+# tokens, chat template and end ids (the tokenizer's and generation files)
+CONFIG_FILES = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json", "chat_template.jinja", "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt",
+)  # fmt: skip
 
 
 def checkpoint_identity(checkpoint: str | Path) -> dict[str, Any]:
@@ -141,25 +147,51 @@ def checkpoint_identity(checkpoint: str | Path) -> dict[str, Any]:
     :attr:`headprobe.results.TableMeta.identity`): ``path``, the checkpoint resolved; ``weights``, a
     fingerprint of its weight files (a GGUF file itself, or a folder's ``*.safetensors``, ``*.bin``,
     ``*.pt``, ``*.pth``, ``*.gguf``: each one's name, size in bytes and modification time in ns, hashed), so
-    that a checkpoint retrained or replaced at one path is another; ``modified``, when the newest of them was
-    written (UTC, ISO 8601 to the second). Empty for a path that does not exist."""
+    that a checkpoint retrained or replaced at one path is another; ``config``, a folder's
+    :data:`CONFIG_FILES` by name with a fingerprint of each one's content (SHA-256), so that one whose config
+    or tokenizer was edited is another too (a GGUF file holds them in itself; tables written before headprobe
+    recorded them lack it); ``modified``, when the newest of all those files was written (UTC, ISO 8601 to the
+    second). Empty for a path that does not exist."""
     path = Path(checkpoint)
     if path.is_file():
-        files = [path]
+        files, configs = [path], []
     elif path.is_dir():
         files = sorted(f for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+        configs = [path / name for name in CONFIG_FILES if (path / name).is_file()]
     else:
         return {}
     stats = [(f.name, f.stat()) for f in files]
     listed = json.dumps([(name, st.st_size, st.st_mtime_ns) for name, st in stats])
-    newest = max((st.st_mtime for _, st in stats), default=None)
+    newest = max((f.stat().st_mtime for f in [*files, *configs]), default=None)
     return {
         "path": str(path.resolve()),
         "weights": hashlib.sha256(listed.encode()).hexdigest()[:16],
+        "config": {f.name: file_sha256(f)[:16] for f in configs},
         "modified": None
         if newest is None
         else _dt.datetime.fromtimestamp(newest, _dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def identity_changes(made: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What of a checkpoint changed between two of its identities (:func:`checkpoint_identity`): ``weights``
+    and the names of the config files added or edited; empty when they agree in all that both record (an
+    identity written before the config files were recorded tells nothing of them). A file removed since is
+    left to loading the checkpoint, which names it as missing and how to restore it."""
+    changed = ["weights"] if made.get("weights") and now.get("weights") and made["weights"] != now["weights"] else []
+    before, after = made.get("config"), now.get("config")
+    if isinstance(before, dict) and isinstance(after, dict):
+        changed += [name for name in CONFIG_FILES if name in after and before.get(name) != after[name]]
+    return changed
+
+
+def changed_since(made: dict[str, Any], now: dict[str, Any]) -> str:
+    """:func:`identity_changes` in words, for a message: ``its weights or config changed since (config.json
+    differs)``."""
+    changed = identity_changes(made, now)
+    what = ", ".join("the weights" if c == "weights" else c for c in changed)
+    verb = "differs" if len(changed) == 1 and changed != ["weights"] else "differ"
+    return f"its weights or config changed since ({what} {verb})"
 
 
 def _gguf_sha256(path: Path) -> str | None:
@@ -192,10 +224,10 @@ def not_of(meta: TableMeta, checkpoint: str | Path | None, name: str) -> str | N
             return None
         return None if meta.model == name else f"(another checkpoint{f', {recorded}' if recorded else ''})"
     mine = checkpoint_identity(path)
-    if found.get("weights") == mine.get("weights"):
+    if found.get("weights") == mine.get("weights") and not identity_changes(found, mine):
         return None
     if same_path(found.get("path", ""), mine.get("path", path.resolve())):
-        return f"(made from {path} as it was on {found.get('modified')}; its weights have changed since)"
+        return f"(made from {path} as it was on {found.get('modified')}; {changed_since(found, mine)})"
     return f"(another checkpoint, {found.get('path')})"
 
 
@@ -266,15 +298,17 @@ class Parts:
         return found
 
     def weights_changed(self, checkpoint: str | Path) -> str | None:
-        """When the weights a finished part was made from were written, if the checkpoint at ``checkpoint``
-        (the same path) holds other weights now (:func:`checkpoint_identity`); ``None`` when every part
-        records these weights, or no weights (written before headprobe recorded them)."""
-        now = checkpoint_identity(checkpoint).get("weights")
+        """If the checkpoint at ``checkpoint`` (the same path) holds other weights or config files now than a
+        finished part was made from (:func:`checkpoint_identity`), when that was and what changed, in words
+        (``on 2026-12-06T10:31:05+00:00; its weights or config changed since (config.json differs)``);
+        ``None`` when every part records this checkpoint as it is, or records nothing of it (written before
+        headprobe did)."""
+        now = checkpoint_identity(checkpoint)
         for path in sorted(self.folder.glob("*.parquet")) if now else []:
             meta = read_meta(path)
             made = (meta.identity or {}) if meta is not None else {}
-            if made.get("weights") and made["weights"] != now:
-                return str(made.get("modified"))
+            if identity_changes(made, now):
+                return f"on {made.get('modified')}; {changed_since(made, now)}"
         return None
 
     def keys(self, table: str) -> dict[str, dict[str, Any] | None]:
@@ -307,20 +341,34 @@ def check_parts(
     checkpoint = next((k["checkpoint"] for k in keys if k.get("checkpoint")), None)
     if checkpoint and "checkpoint" not in found and (when := parts.weights_changed(checkpoint)):
         raise OutputRefused(
-            f"{folder} holds results of {checkpoint} as it was on {when}; its weights have changed since (retrained "
-            f"or replaced), so they are no longer its results: give another `out`, or delete {folder} to redo them"
+            f"{folder} holds results of {checkpoint} as it was {when}, so they are no longer its results: give "
+            f"another `out`, or delete {folder} to redo them"
         )
     if "checkpoint" in found:
         raise OutputRefused(
             f"{folder} holds the results of another checkpoint ({found['checkpoint'][0]}); give another `out`, "
             f"or delete {folder} to start over"
         )
+    if files := changed_files({k: v[0] for k, v in found.items()}, {k: v[1] for k, v in found.items()}):
+        raise OutputRefused(changed_inputs(files, folder))
+    found = {k: v for k, v in found.items() if not k.endswith(CONTENT)}  # a file's path differs: named by its setting
     if found:
         changes = "; ".join(f"`{k}` {old!r} there, {new!r} now" for k, (old, new) in found.items())
         raise OutputRefused(
             f"{folder} holds results made with other settings ({changes}); rerun with the same settings, give "
             f"another `out`, or delete {folder} to start over"
         )
+
+
+def changed_inputs(files: Sequence[str], folder: Path) -> str:
+    """The refusal of a rerun into ``folder`` whose input ``files`` changed since its results were made
+    (:func:`headprobe.core.paths.changed_files`): they would be read apart from, or pooled with, results of
+    the files' earlier content."""
+    its, it = ("its", "it") if len(files) == 1 else ("their", "them")
+    return (
+        f"{' and '.join(files)} changed since these results were made ({folder} holds results of {its} earlier "
+        f"content); restore {it}, give another `out` for the new content, or delete {folder} to redo them"
+    )
 
 
 # ---------------------------------------------------------------------------------------------

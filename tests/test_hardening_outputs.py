@@ -329,9 +329,9 @@ def test_results_of_a_checkpoint_retrained_at_its_path_are_not_reused(tmp_path):
     assert invoke(*ruler).exit_code == 0
     before = snapshot(out)
     tiny_checkpoint(ckpt, seed=1, vocab_size=264, max_seq_len=1024)  # retrained: other weights, the same path
-    refused(_analyze(ckpt, out, "entropy", "128"), "its weights have changed since", "delete")
+    refused(_analyze(ckpt, out, "entropy", "128"), "changed since", "delete")
     assert snapshot(out) == before
-    refused(invoke(*ruler), "the checkpoint's weights have changed since")
+    refused(invoke(*ruler), "changed since")
 
 
 def test_explore_export_keeps_a_file_it_did_not_write(tiny, tmp_path):

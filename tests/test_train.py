@@ -235,7 +235,7 @@ def test_existing_run_needs_resume_and_same_data(tmp_path, model_config):
     train(quick(tmp_path / "run", model_config, steps=2))
     with pytest.raises(TrainError, match="pass `resume`"):
         train(quick(tmp_path / "run", model_config, steps=4))
-    with pytest.raises(TrainError, match="data settings differ"):
+    with pytest.raises(TrainError, match=r"training settings differ \(saved vs now: steps 2 vs 4; batch_size 4 vs 8\)"):
         train(quick(tmp_path / "run", model_config, steps=4, resume=True, batch_size=8))
 
 

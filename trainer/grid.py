@@ -51,6 +51,7 @@ from headprobe.core.paths import read_utf8
 from headprobe.model.presets import list_presets
 from trainer.config import RESULT_FILE, ReportCount, TrainConfig, TrainError, TrainResult
 from trainer.train import train
+from trainer.train_state import saved_training, training_differences
 
 _RUN_KEYS = {"stage", "from", "like"}
 _PATH_KEYS = ("curriculum", "data", "tokenizer")
@@ -179,6 +180,37 @@ def _check_configs(
                 _run_config(member, seed, plan.runs[name], run_dir(runs, member, seed, name), None, overrides)
             except TrainError as err:
                 raise TrainError(f"{plan.source}: run {name!r} of {member} seed {seed}: {err}") from None
+
+
+def _check_trained(
+    plan: Recipe, runs: Path, chains: list[tuple[int, str]], order: list[str], overrides: dict[str, Any] | None,
+    profile: str | None,
+) -> None:  # fmt: skip
+    """Refuse, before any run trains, a grid whose runs already in ``runs`` (finished, or stopped with step
+    checkpoints) were trained with other settings than this recipe, profile and overrides ask for
+    (:func:`trainer.train_state.training_differences`): a finished run would be kept and a stopped one
+    continued as if trained with these, and the grid's manifest would name a recipe its runs did not follow.
+    The message names the run, each setting (saved vs now), the recipe and profile the grid was made with,
+    and the fix."""
+    made = {}
+    with contextlib.suppress(OSError, ValueError):
+        made = json.loads((runs / MANIFEST_FILE).read_text())
+    for seed, member in chains:
+        for name in order:
+            folder = run_dir(runs, member, seed, name)
+            now = _run_config(member, seed, plan.runs[name], folder, None, overrides).to_dict()
+            differs = training_differences(saved_training(folder), now)
+            if not differs:
+                continue
+            before = f"recipe {made.get('recipe')}" if made.get("recipe") else "another recipe"
+            before += f", profile {made['profile']}" if made.get("profile") else ""
+            asked = f"recipe {plan.source}" + (f", profile {profile}" if profile else "")
+            that = "that recipe and profile" if made.get("profile") else "that recipe"
+            raise TrainError(
+                f"{folder} was trained with other settings than {asked} asks (saved vs now: {'; '.join(differs)}); "
+                f"the grid in {runs} was made with {before}. Give {that} to continue it, or give the grid another "
+                "`out` to train this recipe from scratch"
+            )
 
 
 def _members(scale: str, members: list[str] | None) -> list[str]:
@@ -376,6 +408,7 @@ def run_grid(
     chosen, order = _members(plan.scale, members), _needed(plan, stages)
     chains = [(seed, member) for seed in (seeds if seeds is not None else plan.seeds) for member in chosen]
     _check_configs(plan, runs, chains, order, overrides)
+    _check_trained(plan, runs, chains, order, overrides, profile)
     manifest_path = runs / MANIFEST_FILE
     manifest: dict[str, Any] = {"recipe": plan.source, "scale": plan.scale, "profile": profile, "runs": []}
     claim(runs, GRID, fix="give the grid another `out`")  # a new folder, or this grid's to continue

@@ -154,6 +154,14 @@ class Trainer:
                 f"would continue the saved weights as another model. Give the same {same} as that run, or another "
                 "`out` to train this model from scratch"
             )
+        differs = train_state.training_differences(saved.get("train_config"), self.cfg.to_dict())
+        if differs:
+            raise TrainError(
+                f"cannot resume from {folder}: training settings differ (saved vs now: {'; '.join(differs)}); the "
+                f"run would go on with other settings than its first {saved['step']} steps trained with. Give the "
+                f"same settings as that run ({self.out / train_state.CONFIG_FILE} lists them), or another `out` to "
+                "train with these from scratch"
+            )
         if saved["data"] != self.data_identity:
             raise TrainError(
                 f"cannot resume from {folder}: data settings differ (saved {saved['data']}, now "
@@ -175,7 +183,9 @@ class Trainer:
             raise TrainError(str(err)) from None
 
     def _write_config(self) -> None:
-        if not self.world.is_main:
+        """``train_config.json``: the settings the run trains with, written as it starts; a resumed run keeps
+        its record (:meth:`_resume` made sure that it goes on with those settings)."""
+        if not self.world.is_main or (self.start_step and (self.out / train_state.CONFIG_FILE).is_file()):
             return
         self.out.mkdir(parents=True, exist_ok=True)
         record = {
@@ -185,7 +195,7 @@ class Trainer:
             "frozen": self.frozen,
             "data_identity": self.data_identity,
         }
-        atomic_write_text(self.out / "train_config.json", json.dumps(record, indent=2))
+        atomic_write_text(self.out / train_state.CONFIG_FILE, json.dumps(record, indent=2))
 
     # -- one step ----------------------------------------------------------------------------------
     def train_step(self, step: int) -> StepStats:

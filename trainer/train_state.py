@@ -141,6 +141,40 @@ def model_differences(saved: dict[str, Any] | None, now: ModelConfig) -> list[st
     return [f"{label.get(k, k)} {_shown(old.get(k))} vs {_shown(new.get(k))}" for k in keys]
 
 
+# the settings that decide a run's numbers besides its model and data (checked on their own): its length, batch,
+# optimizer, schedule, frozen weights and seed. The rest (micro-batches, processes, backend, device, threads,
+# logging, probes, step checkpoints) change how a run trains, not what it computes, and may differ on a resume.
+TRAINING = (
+    "stage", "steps", "tokens", "batch_size", "seq_len", "lr", "min_lr_ratio", "warmup_steps", "schedule",
+    "decay_fraction", "weight_decay", "beta1", "beta2", "grad_clip", "freeze", "seed",
+)  # fmt: skip
+CONFIG_FILE = "train_config.json"  # a run's training settings, as its first step trained with them
+
+
+def training_differences(saved: dict[str, Any] | None, now: dict[str, Any]) -> list[str]:
+    """How the training settings a run was made with (``saved``: a :class:`~trainer.config.TrainConfig` as a
+    dict, e.g. ``state.json``'s ``train_config``) differ from ``now``'s in what decides its numbers
+    (:data:`TRAINING`), as given: ``"lr 0.003 vs 0.02"`` (saved vs now); empty when they agree, or when
+    nothing was saved."""
+    if not saved:
+        return []
+    return [f"{k} {_shown(saved.get(k))} vs {_shown(now.get(k))}" for k in TRAINING if saved.get(k) != now.get(k)]
+
+
+def saved_training(run: Path) -> dict[str, Any] | None:
+    """The training settings the run folder ``run`` trained with: its newest step checkpoint's, else its
+    ``train_config.json``; ``None`` for a folder with neither (nothing trained there yet)."""
+    steps = list_steps(run)
+    try:
+        if steps:
+            return read_state(steps[-1][1]).get("train_config")
+        if (run / CONFIG_FILE).is_file():
+            return json.loads((run / CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _shown(value: Any) -> str:
     return "none" if value is None else str(value)
 

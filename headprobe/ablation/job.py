@@ -37,6 +37,7 @@ from headprobe.ablation.settings import (
     parse_spec,
     ranked_heads,
 )
+from headprobe.core.paths import CONTENT
 from headprobe.evals.ruler.evaluate import decode_batch_size
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.scoring import postprocess
@@ -249,6 +250,7 @@ def ablate_checkpoint(
 
 FREE = ("condition", "task", "length")  # what a rerun into a folder adds to: the items (other settings must stay)
 ADDS = ("heads", "modes", "seeds", "tasks", "lengths")  # the settings those items come from
+NEEDLES_CONTENT = f"needles{CONTENT}"  # a needles file's content, in the keys and settings
 
 
 def held_settings(s: AblateSettings, keys: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -263,24 +265,28 @@ def held_settings(s: AblateSettings, keys: Sequence[dict[str, Any]]) -> dict[str
         sets[spec] = modes[c["mode"]] = None
         if c["condition"] == "random":
             seeds[c["seed"]] = None
-    return s.to_dict() | {
+    settings = s.to_dict() | {
         "heads": list(sets),
         "modes": list(modes),
         "seeds": sorted(seeds) if seeds else s.seeds,
         "tasks": list(dict.fromkeys(k["task"] for k in keys)),
         "lengths": sorted({k["length"] for k in keys}),
     }
+    settings.pop(NEEDLES_CONTENT, None)  # a needles file's content, as the needle items held were made with
+    needle = next((k for k in keys if k["task"] == NEEDLE_TASK and NEEDLES_CONTENT in k), None)
+    return settings | ({NEEDLES_CONTENT: needle[NEEDLES_CONTENT]} if needle else {})
 
 
 def item_key(
     s: AblateSettings, path: Path, model: HookedModel, wrapper: Wrapper, c: Condition, task: str, length: int
 ) -> dict[str, Any]:
-    """What decides one item's answers: the model, the prompts (task, length, needles, depths, samples, seed,
-    wrapper, budget) and the condition (its heads and mode)."""
+    """What decides one item's answers: the model, the prompts (task, length, needles (a file by its content
+    too), depths, samples, seed, wrapper, budget) and the condition (its heads and mode)."""
     return resume_key(
         checkpoint=str(path.resolve()), dtype=s.dtype, prompt_start=model.prompt_start, wrapper=wrapper.template,
         task=task, length=length, needles=s.needles, depths=s.depths if task == NEEDLE_TASK else None,
         samples=s.samples, seed=s.seed, max_new_tokens=s.max_new_tokens, condition=c.columns(),
+        **(s.files() if task == NEEDLE_TASK else {}),
     )  # fmt: skip
 
 

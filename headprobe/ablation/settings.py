@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from headprobe.analysis.settings import MIN_LENGTH
+from headprobe.core.paths import content_keys
 from headprobe.core.settings import check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import parse_dtype
@@ -38,7 +39,7 @@ from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.model.config import LayerInfo
 from headprobe.results import read_tables
 from headprobe.runs import repeated_lengths, tables_of
-from headprobe.text.needles import needle_set
+from headprobe.text.needles import NEEDLE_SETS, needle_set
 from headprobe.text.prompt_format import parse_prompt_format
 
 NEEDLE_TASK = "needle"  # the analyze needles, scored as Wu et al. keep a sample (ROUGE-1 recall > 0.5)
@@ -154,7 +155,13 @@ class AblateSettings:
             raise AblationError(f"`from_results` {self.from_results} is not a folder; give an analyze output folder")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready, with a needles file's content (``needles_sha256``: :meth:`files`)."""
+        return asdict(self) | self.files()
+
+    def files(self) -> dict[str, dict[str, str]]:
+        """The input files given, by content (:func:`headprobe.core.paths.content_keys`): a needles file's;
+        empty for a built-in needle set."""
+        return content_keys(needles=None if self.needles in NEEDLE_SETS else self.needles)
 
 
 def parse_spec(spec: str) -> tuple[str, int | list[Head]]:

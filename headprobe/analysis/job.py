@@ -34,6 +34,7 @@ import pandas as pd
 from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
+from headprobe.core.paths import CONTENT
 from headprobe.core.ranks import Ranks
 from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
@@ -328,6 +329,9 @@ def folder_settings(s: AnalyzeSettings, held: dict[Metric, list[int]], parts: Pa
         earlier = parts.keys(part_tables(m)[0].table)
         key = next((k for k in earlier.values() if k), {})
         settings |= {name: key[name] for name in m.settings if name in key}
+        for name in (f"{name}{CONTENT}" for name in m.settings):  # its files' content, as that run read them
+            settings.pop(name, None)
+            settings |= {name: key[name]} if name in key else {}
     return settings
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import CONTENT, content_keys
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import format_key, parse_prompt_format
@@ -135,8 +136,15 @@ class AnalyzeSettings:
             raise AnalysisError(f"token reordering needs `topk` >= {need}")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready settings."""
-        return asdict(self)
+        """JSON-ready settings, with the content of each input file given (:meth:`files`)."""
+        return asdict(self) | self.files()
+
+    def files(self) -> dict[str, dict[str, str]]:
+        """The input files given, by content (:func:`headprobe.core.paths.content_keys`): ``haystack_sha256``
+        and, for a needles file, ``needles_sha256``; empty without files."""
+        from headprobe.text.needles import NEEDLE_SETS
+
+        return content_keys(haystack=self.haystack, needles=None if self.needles in NEEDLE_SETS else self.needles)
 
     def key(self, metric: Metric, length: int, checkpoint: Path, prompt_start: list[int]) -> dict[str, Any]:
         """The resume key of one (metric, length) item: what every metric depends on, plus the metric's own
@@ -144,6 +152,7 @@ class AnalyzeSettings:
         from headprobe.runs import resume_key
 
         values = self.to_dict() | {"prompt_format": format_key(self.prompt_format)}  # a file: its wrapper
+        read = {"haystack", *metric.settings}  # input files (their content), of those the metric reads
         return resume_key(
             metric=metric.name,
             revision=metric.revision,
@@ -155,4 +164,5 @@ class AnalyzeSettings:
             haystack=self.haystack,
             dtype=self.dtype,
             **{name: values[name] for name in metric.settings},
+            **{name: digests for name, digests in self.files().items() if name.removesuffix(CONTENT) in read},
         )

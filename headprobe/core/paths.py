@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["file", "folder"]
 GGUF_SUFFIX = ".gguf"
@@ -64,3 +65,31 @@ def _sha256(path: Path, size: int, mtime_ns: int, chunk: int = 1 << 24) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+CONTENT = "_sha256"  # a setting NAME that names input files is keyed by their content as NAME_sha256
+
+
+def content_keys(**files: str | Path | Sequence[str | Path] | None) -> dict[str, dict[str, str]]:
+    """The input files a job reads, by content, for its resume keys and the settings its tables carry: for
+    each setting ``NAME`` that names files (one path or a list), ``{"NAME_sha256": {path as given: its
+    SHA-256}}``. A setting that names no existing file (``None``, a built-in name) adds nothing, so that the
+    keys of runs without files stay as they were and their results still resume."""
+    out: dict[str, dict[str, str]] = {}
+    for name, value in files.items():
+        paths = [value] if isinstance(value, (str, Path)) else list(value or [])
+        found = {str(p): file_sha256(p) for p in paths if Path(p).is_file()}
+        if found:
+            out[f"{name}{CONTENT}"] = found
+    return out
+
+
+def changed_files(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The input files that two resume keys (or settings) record under one path with other content
+    (:func:`content_keys`): those a rerun would read changed since the earlier run; each once, in order."""
+    changed: dict[str, None] = {}
+    for name, digests in new.items():
+        before = old.get(name)
+        if name.endswith(CONTENT) and isinstance(digests, dict) and isinstance(before, dict):
+            changed.update((path, None) for path, digest in digests.items() if before.get(path, digest) != digest)
+    return list(changed)

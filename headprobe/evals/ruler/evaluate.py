@@ -254,7 +254,8 @@ def evaluate(
     store = Predictions(out, ranks.rank)
     wrapper = model.prompt_wrapper(settings.prompt_format) if run.samples is None else None  # data: as generated
     key = settings.key(checkpoint, model.prompt_start, "as in `data`" if wrapper is None else wrapper.template)
-    key["weights"] = checkpoint_identity(checkpoint).get("weights")  # retrained at the same path: not its results
+    identity = checkpoint_identity(checkpoint)  # retrained or its config edited at the same path: not its results
+    key["weights"], key["config"] = identity.get("weights"), identity.get("config")
     store.check(key)  # before generating: a refusal costs nothing
     samples = load_samples(model, run, wrapper)  # every process generates the same samples
     if run.samples is not None:

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.atomic import atomic_write_text
+from headprobe.core.paths import CONTENT, changed_files
 from headprobe.evals.ruler.settings import RulerError
+from headprobe.runs import changed_inputs, changed_since, identity_changes
 
 CLAIM = "run.json"
 
@@ -40,13 +42,19 @@ class Predictions:
             return False
         old = json.loads(path.read_text(encoding="utf-8"))
         differ = sorted(k for k in key if k in old and old[k] != key[k])  # a field older runs did not record: any
-        if differ:
-            changes = "; ".join(
-                "the checkpoint's weights have changed since (retrained or replaced)"
-                if k == "weights"
-                else f"`{k}` {_shown(old[k])} there, {_shown(key[k])} now"
-                for k in differ
+        made = {"weights": old.get("weights"), "config": old.get("config")}
+        now = {"weights": key.get("weights"), "config": key.get("config")}
+        if "checkpoint" not in differ and identity_changes(made, now):
+            raise RulerError(
+                f"{self.folder.parent} holds predictions of {key.get('checkpoint')} as it was when they were made; "
+                f"{changed_since(made, now)}, so they are no longer its predictions: use another `out`, or delete "
+                f"{self.folder.parent} to start over"
             )
+        if files := changed_files(old, key):
+            raise RulerError(changed_inputs(files, self.folder.parent))
+        differ = [k for k in differ if not k.endswith(CONTENT)]  # a file's path differs: named by its setting
+        if differ:
+            changes = "; ".join(f"`{k}` {_shown(old[k])} there, {_shown(key[k])} now" for k in differ)
             raise RulerError(
                 f"{self.folder.parent} holds predictions made with other settings ({changes}); rerun with those, "
                 f"use another `out`, or delete {self.folder.parent} to start over"

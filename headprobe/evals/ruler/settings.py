@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.paths import content_keys
 from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS_HELP, Task, resolve_tasks
 from headprobe.text.files import TextFileError, read_text_file
@@ -123,7 +124,13 @@ class RulerSettings:
         return resolve_run(self)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready, with the content of each input file given (:meth:`files`)."""
+        return asdict(self) | self.files()
+
+    def files(self) -> dict[str, dict[str, str]]:
+        """The input files given, by content (:func:`headprobe.core.paths.content_keys`): ``data_sha256``,
+        ``haystack_files_sha256``, ``qa_files_sha256``; empty without files."""
+        return content_keys(data=self.data, haystack_files=self.haystack_files, qa_files=self.qa_files)
 
     def key(self, checkpoint: str | Path, prompt_start: list[int], wrapper: str) -> dict[str, Any]:
         """The resume key of a model's predictions: everything that decides a prompt and its answer
@@ -147,4 +154,5 @@ class RulerSettings:
             haystack_files=self.haystack_files,
             qa_files=self.qa_files,
             prompt_start=prompt_start,
+            **self.files(),  # each file by its content too: one edited or made anew is other samples
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from headprobe.core.paths import CONTENT, content_keys
 from headprobe.core.settings import check_ranges, setting
 from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
 from headprobe.evals.shortctx.scoring import evaluate_items
@@ -98,9 +99,13 @@ class ShortCtxSettings:
         return items[: self.limit]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready, with the task file's content (``file_sha256``: :func:`headprobe.core.paths.content_keys`)
+        when one is given."""
+        return asdict(self) | content_keys(file=self.file)
 
     def key(self, checkpoint: str | Path, prompt_start: list[int]) -> dict[str, Any]:
+        """The resume key of the task's items: the checkpoint and every setting, the file by its content too (an
+        edited file is another task's data)."""
         return resume_key(checkpoint=str(Path(checkpoint).resolve()), prompt_start=prompt_start, **self.to_dict())
 
 
@@ -134,7 +139,7 @@ def evaluate(
     items = settings.items()
     model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype), log=(progress or Silent()).log)
     parts, key = Parts(out), settings.key(checkpoint, model.prompt_start)
-    check_parts(parts, [key], out, free=("task",), by="task", own=("file", "limit"))  # other tasks: added beside
+    check_parts(parts, [key], out, free=("task",), by="task", own=OWN)  # other tasks: added beside
     meta = table_meta(SHORTCTX_ITEMS.table, name, checkpoint, settings.to_dict(), key=key)
     if parts.done(SHORTCTX_ITEMS.table, settings.task, key):
         (progress or Silent()).log(done_earlier(f"{name} {settings.task}", 1, 1))
@@ -146,11 +151,16 @@ def evaluate(
     table = parts.gather(SHORTCTX_ITEMS.table, tasks)
     scores = scores_of(table)
     described = merged_settings({k: [held[t][k] for t in tasks] for k in ADDS}, settings.to_dict(), ADDS)
+    described.pop(FILE_CONTENT, None)  # every task's file by its content, as its items were made
+    files = {path: digest for t in tasks for path, digest in (held[t].get(FILE_CONTENT) or {}).items()}
+    described |= {FILE_CONTENT: files} if files else {}
     write_results(out, name, checkpoint, described, ((SHORTCTX_ITEMS, table), (SHORTCTX_SCORES, scores)))
     return scores[scores["task"] == settings.task].reset_index(drop=True)
 
 
 ADDS = ("task", "file", "limit")  # a rerun into a folder adds a task (its file and limit); the rest must stay
+FILE_CONTENT = f"file{CONTENT}"  # the task file's content, in the keys and settings
+OWN = ("file", FILE_CONTENT, "limit")  # each task's own: another task's differ freely
 
 
 def evaluate_many(
