@@ -96,6 +96,7 @@ def install_interrupts(session: Session | None = None) -> None:
 
 
 _ENDING = threading.Lock()  # one end: the main thread's or the watchdog's
+_HANDLER = "install_interrupts.<locals>.terminated"  # the handler install_interrupts routes both signals to
 
 
 def _end_interrupted(session: Session, message: object = None) -> NoReturn:
@@ -107,7 +108,9 @@ def _end_interrupted(session: Session, message: object = None) -> NoReturn:
     ever left code that a C extension ran through ``PyRun_String`` (an import of torch or transformers), even
     one the command then handled (``_PyRuntime.signals.unhandled_keyboard_interrupt``; CPython gh-128130). An
     interrupt during start-up ended about 1 run in 5 that way (killed by SIGINT, no message) instead of with 130;
-    and a signal during the seconds that finalising torch takes printed "Exception ignored in atexit callback"."""
+    and a signal during the seconds that finalising torch takes printed "Exception ignored in atexit callback".
+    A further signal is ignored from its first line on (:func:`_keep_exit_code`): it cannot cut the end short."""
+    _keep_exit_code()
     _ENDING.acquire()
     run_cleanups()
     if isinstance(message, str):
@@ -115,6 +118,20 @@ def _end_interrupted(session: Session, message: object = None) -> NoReturn:
     say_interrupted(session)
     _flush()
     os._exit(130)
+
+
+def _keep_exit_code() -> None:
+    """A command that has ended keeps its exit code: a Ctrl-C or SIGTERM from now on is ignored. Python hands
+    the signals it handles back to their default action while it finalises, before modules such as torch are
+    torn down (seconds), and a signal then ended the process as killed by it, with no word: a command whose work
+    was complete and said so exited 130 to the shell. (Until then the handler ends the process with the
+    command's own exit code: :func:`install_interrupts`.) Signals the process ignored or that someone else
+    handles are left as they are. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if getattr(signal.getsignal(sig), "__qualname__", "") == _HANDLER:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _flush() -> None:
@@ -240,6 +257,19 @@ class _App(typer.Typer):
 
     def __call__(self, *args, **kwargs):
         install_interrupts(self.session)
+        try:
+            return self._command(*args, **kwargs)
+        except KeyboardInterrupt:  # a signal while the command's end was being handled: an interrupt's end
+            self.session.interrupted = True
+            _end_interrupted(self.session)
+        except BaseException as end:  # the command has ended (an exit code, or a bug's traceback: 1)
+            code = end.code if isinstance(end, SystemExit) else 1
+            self.session.ended = code if isinstance(code, int) else 0 if code is None else 1
+            _keep_exit_code()
+            raise
+
+    def _command(self, *args, **kwargs):
+        """The command, its errors shown as :class:`_App` says."""
         try:
             return super().__call__(*args, **kwargs)  # click ends a KeyboardInterrupt with exit code 130
         except KeyboardInterrupt:  # one outside click's own handling (typer building the command): the same end
