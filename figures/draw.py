@@ -156,7 +156,8 @@ def nothing_drawn(results: str | Path, specs: Sequence[Spec], what: str = "draw"
     writers = "; ".join(f"{cmd} writes {names}" for cmd, names in WRITERS)
     return (
         f"nothing to {what} from {results}: looked below it for the tables the figures read "
-        f"({', '.join(tables)}) and found none a figure could use ({writers})"
+        f"({', '.join(tables)}) and found none a figure could use ({writers}); `headprobe shortctx eval`'s "
+        f"tables (shortctx_scores) have no figure: `headprobe show {results}` prints them"
     )
 
 

@@ -25,7 +25,7 @@ import torch
 
 from headprobe.core.atomic import LOCK_FILE, atomic_write_text, folder_lock
 from headprobe.core.errors import HeadprobeError, SettingError
-from headprobe.core.outputs import RUN_FILE, OutputRefused, claim, job_results
+from headprobe.core.outputs import RUN_FILE, OutputRefused, claim, command_of, job_results
 from headprobe.core.paths import CONTENT, changed_files, file_sha256
 from headprobe.core.ranks import Ranks
 from headprobe.hooked.gguf import SOURCE_FILE
@@ -77,11 +77,25 @@ def checkpoint_name(path: str | Path) -> str:
     return model_name(path)
 
 
-def unique_names(checkpoints: Sequence[str | Path]) -> list[str]:
-    """:func:`checkpoint_name` of each checkpoint; raises when two would share a results folder."""
+def unique_names(checkpoints: Sequence[str | Path], out: Path | None = None) -> list[str]:
+    """:func:`checkpoint_name` of each checkpoint; raises, naming both paths, when two would share a results
+    folder (in ``out``)."""
     names = [checkpoint_name(c) for c in checkpoints]
-    if len(set(names)) < len(names):
-        raise SettingError(f"two checkpoints would share a results folder: {names}; run them separately")
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            first = checkpoints[names.index(name)]
+            folder = out / name if out is not None else f"OUT/{name}"
+            base = out if out is not None else Path("OUT")
+            if Path(first).resolve() == Path(checkpoints[i]).resolve():
+                raise SettingError(
+                    f"{first} and {checkpoints[i]} are the same checkpoint, and would share a results folder "
+                    f"({folder}); give it once"
+                )
+            raise SettingError(
+                f"{first} and {checkpoints[i]} would share a results folder, {folder} (both are named {name}, "
+                f"after their last folders); run them one at a time, each into its own `out` (e.g. "
+                f"{base.parent / (base.name + '-1')} and {base.parent / (base.name + '-2')})"
+            )
     return names
 
 
@@ -325,6 +339,15 @@ class Parts:
         return pd.concat([read_table(self.path(table, i)).frame for i in items], ignore_index=True)
 
 
+NONE_MEANS = {"dtype": "as saved"}  # what a setting left out (None) means, where a message names it
+
+
+def shown_value(name: str, value: Any) -> str:
+    """A setting's value as a message shows it: ``None`` as what it means (``--dtype`` as saved), anything else
+    as Python writes it."""
+    return NONE_MEANS.get(name, "not given") if value is None else repr(value)
+
+
 def check_parts(
     parts: Parts,
     keys: Sequence[dict[str, Any]],
@@ -353,7 +376,7 @@ def check_parts(
         raise OutputRefused(changed_inputs(files, folder))
     found = {k: v for k, v in found.items() if not k.endswith(CONTENT)}  # a file's path differs: named by its setting
     if found:
-        changes = "; ".join(f"`{k}` {old!r} there, {new!r} now" for k, (old, new) in found.items())
+        changes = "; ".join(f"`{k}` {shown_value(k, a)} there, {shown_value(k, b)} now" for k, (a, b) in found.items())
         raise OutputRefused(
             f"{folder} holds results made with other settings ({changes}); rerun with the same settings, give "
             f"another `out`, or delete {folder} to start over"
@@ -418,7 +441,7 @@ def run_each(
     """``job(path, name)`` for every checkpoint; a checkpoint that fails (it is missing, does not load,
     does not fit, has bad inputs) is recorded in ``errors`` and the others still run."""
     report: RunReport[T] = RunReport(out=out)
-    for ckpt, name in zip(checkpoints, unique_names(checkpoints), strict=True):
+    for ckpt, name in zip(checkpoints, unique_names(checkpoints, out), strict=True):
         report.checkpoints[name] = str(ckpt)
         try:
             report.results[name] = job(Path(ckpt), name)
@@ -432,7 +455,7 @@ def mark_folder(out: Path, job: str, record: dict[str, Any] | None = None) -> No
     """Claim ``out`` for ``job`` (:func:`headprobe.core.outputs.claim`: a new or empty folder, or ``job``'s
     own results) and, when it has no record yet, write ``OUT/run.json`` naming the job (with ``record``), so
     that the folder is known as ``job``'s from its first step on (a study's training comes first)."""
-    claim(out, job_results(job), fix=f"give `headprobe {job}` another `out`")
+    claim(out, job_results(job), fix=f"give `{command_of(job)}` another `out`")
     if not (Path(out) / RUN_FILE).is_file():
         atomic_write_text(Path(out) / RUN_FILE, json.dumps({"job": job, **(record or {})}, indent=2) + "\n")
 
@@ -444,7 +467,7 @@ def job_folder(out: Path, job: str, inputs: Sequence[str | Path] = ()) -> Iterat
     checkpoint, a training run or other files, and never one of the ``inputs`` or a folder around or
     inside one. A new folder's record (``OUT/run.json``, naming the job) is written at once, so that an
     interrupted first run is known as ``job``'s on the rerun, and taken back when the run wrote nothing."""
-    claim(out, job_results(job), inputs=inputs, fix=f"give `headprobe {job}` another `out`")
+    claim(out, job_results(job), inputs=inputs, fix=f"give `{command_of(job)}` another `out`")
     with folder_lock(out):
         record, marker = Path(out) / RUN_FILE, json.dumps({"job": job}, indent=2) + "\n"
         marked = not record.exists()
@@ -474,7 +497,7 @@ def run_models(
     ``adds``: the list settings a rerun adds to, e.g. analyze's ``metrics`` and ``lengths``). The run holds
     ``out`` (:func:`job_folder`) throughout; with ``ranks`` of several processes, the first holds it and
     writes the record."""
-    names, ranks = unique_names(checkpoints), ranks or Ranks()
+    names, ranks = unique_names(checkpoints, out), ranks or Ranks()
     with ranks.held_by_main(job_folder(out, record[0], checkpoints)):
         if len(checkpoints) == 1:
             report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)

@@ -109,7 +109,7 @@ def test_resume_skips_finished_items_and_redoes_changed_ones(tmp_path, checkpoin
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "tiny" / "entropy.parquet"), before)
     # other settings would replace the results: refused, naming the setting, before any work
     for change, says in ((dict(rows="last:8"), "`rows` 'all' there, 'last:8' now"),
-                         (dict(dtype="float64"), "`dtype` None there, 'float64' now")):  # fmt: skip
+                         (dict(dtype="float64"), "`dtype` as saved there, 'float64' now")):  # fmt: skip
         with pytest.raises(OutputRefused, match="holds results made with other settings") as refused:
             analyze([ours], tmp_path, settings(metrics=["entropy"], **change))
         assert says in str(refused.value)
@@ -190,7 +190,7 @@ def test_cli_failures_are_isolated_and_bad_input_writes_nothing(tmp_path, checkp
     for args, match in [
         (["--metrics", "entropy,attention"], "unknown metric"),
         (["--rows", "last:x"], "--rows"),
-        (["--lengths", "4,8"], "at least 16"),
+        (["--lengths", "4,8"], "give a value from 16 to 16777216, got 4"),
         (["--dtype", "half-ish"], "unknown dtype"),
         (["--retrieval-span", "approx"], "unknown retrieval span 'approx'; choose one of exact, reference"),
     ]:

@@ -70,7 +70,7 @@ def test_every_number_of_train_is_refused_outside_its_range_before_any_work(tmp_
     ("args", "says"),
     [
         (["analyze", "{ckpt}", "--memory-limit", "0"], "--memory-limit: give a value above 0, got 0.0"),
-        (["analyze", "{ckpt}", "--lengths", "8,4096"], "--lengths: give at least 16, got 8"),
+        (["analyze", "{ckpt}", "--lengths", "8,4096"], "--lengths: give a value from 16 to 16777216, got 8"),
         (["ablate", "{ckpt}", "--heads", "1.0", "--memory-limit", "-1"],
          "--memory-limit: give a value above 0, got -1.0"),
         (["ablate", "{ckpt}", "--heads", "1.0", "--depths", "-5,50"], "--depths: give a value from 0 to 100, got -5.0"),
@@ -79,7 +79,7 @@ def test_every_number_of_train_is_refused_outside_its_range_before_any_work(tmp_
         (["explore", "{ckpt}", "--needle", "--length", "256", "--depth", "101", "--export", "{out}/p.html"],
          "--depth: give a value from 0 to 100, got 101.0"),
         (["explore", "{ckpt}", "--needle", "--length", "0", "--export", "{out}/p.html"],
-         "--length: give at least 1, got 0"),
+         "--length: give a value from 1 to 16777216, got 0"),
         (["explore", "{ckpt}", "--needle", "--length", "256", "--port", "70000"],
          "--port: give a value from 0 to 65535, got 70000"),
         (["show", "{out}", "--top", "0"], "--top: give at least 1, got 0"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ from trainer.config import ReportCount
 MANIFEST = MANIFEST_FILE
 FORMAT = "headprobe-tokens-1"
 SHARD_TOKENS = 1 << 24  # 16M tokens per shard
+TEXT_PROBE_BYTES = 1 << 16  # the first bytes of a source checked for binary content
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 
 
@@ -224,13 +226,31 @@ def read_examples(path: Path) -> Iterator[tuple[str, Spans | None]]:
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         import pandas as pd
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
         try:
+            columns = [c for c in pq.read_schema(path).names if not c.startswith("__")]  # not pandas' own index
+        except (OSError, pa.ArrowException) as err:
+            raise DataError(f"{path} is not a readable Parquet file ({err})") from None
+        if "text" not in columns:
+            raise DataError(
+                f"{path} has no 'text' column, the one data prepare reads documents from (its columns: "
+                f"{', '.join(columns) or 'none'}); rename the column that holds the documents to 'text'"
+            )
+        try:
             frame = pd.read_parquet(path, columns=["text"])
-        except (KeyError, ValueError) as err:
+        except (KeyError, ValueError, OSError, pa.ArrowException) as err:
             raise DataError(f"{path}: cannot read a 'text' column ({err})") from None
         yield from ((str(t), None) for t in frame["text"] if isinstance(t, str) and t)
         return
+    with open(path, "rb") as f:
+        head = f.read(TEXT_PROBE_BYTES)
+    if b"\0" in head:  # no text holds NUL bytes; a token shard (shard_00000.bin) is full of them
+        raise DataError(
+            f"source {path} is not text: it holds NUL bytes, as binary files do (a data folder's token shard, a "
+            "checkpoint); give text, JSONL or Parquet files (a data folder is trained on as it is: train --data DIR)"
+        )
     text = read_utf8(path, "source", DataError)
     if suffix in (".jsonl", ".ndjson"):
         for lineno, record in jsonl_records(text, path, DataError):
@@ -270,6 +290,32 @@ def _new_manifest(tokenizer: ByteTokenizer | HFTokenizer, dtype: str, extra: dic
     )
 
 
+def _free_bytes(out: Path) -> int:
+    """Free bytes on the filesystem that will hold ``out`` (its nearest existing folder)."""
+    folder = out.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder if folder.is_dir() else folder.parent).free
+
+
+def check_disk(out: str | Path, tokens: int, per_token: int, what: str, fix: str, least: bool = False) -> None:
+    """Refuse, before any work, a data folder of ``tokens`` tokens of ``per_token`` bytes each (ids, and loss
+    masks) that the disk holding ``out`` has no room for (``least``: ``tokens`` is a lower bound), naming both
+    numbers and ``fix``."""
+    need, free = tokens * per_token, _free_bytes(Path(out))
+    if need <= free:
+        return
+    about = "at least" if least else "about"
+    raise DataError(
+        f"`out` {out}: {what} needs {about} {_gib(need)} ({tokens:,} tokens x {per_token} bytes), but the disk that "
+        f"would hold it has {_gib(free)} free; {fix}"
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
 def check_new_folder(out: str | Path, overwrite: bool = False, sources: Sequence[str | Path] = ()) -> None:
     """Refuse, before any work, to put a data folder where something else is
     (:func:`headprobe.core.outputs.claim`): an existing data folder, file or link is replaced only with
@@ -292,6 +338,16 @@ def prepare(
     if not paths:
         raise DataError("no source files given")
     manifest = _new_manifest(tokenizer, dtype, {"kind": "prepared"})
+    size = sum(p.stat().st_size for p in paths if p.is_file())
+    byte = isinstance(tokenizer, ByteTokenizer)  # a token per byte; any other, at least one per 8 bytes
+    check_disk(
+        out,
+        size if byte else size // 8,
+        np.dtype(DTYPES[manifest.dtype]).itemsize,
+        f"tokenising {size:,} bytes of sources",
+        "give fewer or smaller sources, or an `out` on a disk with room for them",
+        least=not byte,
+    )
     with atomic_directory(out) as tmp:
         writer = ShardWriter(tmp, manifest, shard_tokens)
         for done, path in enumerate(paths):
@@ -331,6 +387,8 @@ def synth(
     if tasks is not None:
         extra = {"kind": "tasks", "seed": seed, "tasks": tasks.describe()}
     manifest = _new_manifest(tokenizer, dtype, extra)
+    per_token = np.dtype(DTYPES[manifest.dtype]).itemsize + (1 if tasks is not None else 0)  # ids (and loss masks)
+    check_disk(out, tokens, per_token, "the data folder", "give fewer `tokens`, or an `out` on a disk with room for it")
     kinds: dict[str, int] = {}
     stream = (
         ((ex.kind, ex.text, list(ex.loss_spans) or None) for ex in tasks.examples(seed))

@@ -71,16 +71,26 @@ class Recipe:
     def load(cls, spec: str | Path, profile: str | None = None) -> Recipe:
         """``spec``: a built-in scale name (``toy``) or a recipe file; ``profile``: one of its profiles."""
         path = Path(spec)
-        if path.suffix != ".json" and len(path.parts) == 1:  # a scale name: the built-in recipe
-            builtin = files("trainer.configs").joinpath(f"{spec}.json")
-            if not builtin.is_file():
-                raise TrainError(f"no built-in recipe for scale {spec!r}; give a recipe file instead")
-            path = Path(str(builtin))
+        builtins = sorted(
+            f.name.removesuffix(".json") for f in files("trainer.configs").iterdir() if f.name.endswith(".json")
+        )
+        if path.suffix != ".json" and len(path.parts) == 1 and spec in builtins:  # a scale name: the built-in recipe
+            path = Path(str(files("trainer.configs").joinpath(f"{spec}.json")))
+        elif not path.exists():
+            raise TrainError(
+                f"`recipe` {spec} does not exist, and no built-in recipe has that name; give a recipe JSON file "
+                f"(trainer/configs/toy.json is one) or a built-in recipe: {', '.join(builtins)}"
+            )
         text = read_utf8(path, "recipe file", TrainError)
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as err:
-            raise TrainError(f"{path} is not valid JSON: {err}") from None
+            raise TrainError(
+                f"`recipe` {path} is not a recipe: not valid JSON ({err}); give a recipe JSON file (trainer/configs/"
+                f"toy.json is one) or a built-in recipe: {', '.join(builtins)}"
+            ) from None
+        if not isinstance(raw, dict):
+            raise TrainError(f"`recipe` {path} is not a recipe: a recipe is a JSON object naming a scale and its runs")
         return cls.from_dict(raw, path, profile)
 
     @classmethod

@@ -298,8 +298,29 @@ class Trainer:
             row["peak_gpu_mem_gib"] = torch.cuda.max_memory_allocated(self.world.device) / 2**30
         return row
 
+    def _check_finite(self, step: int, loss: float) -> None:
+        """Refuse to end a run whose loss or weights are no longer finite numbers (it diverged: a learning rate
+        too high for the model), naming the step and the fix; nothing of it is written (no ``final/``)."""
+        shards = (p.to_local() if hasattr(p, "to_local") else p for p in self.model.parameters())  # FSDP2: DTensors
+        bad = sum(not bool(torch.isfinite(shard).all()) for shard in shards)
+        if math.isfinite(loss) and all_reduce_sum(float(bad), self.world) == 0:
+            return
+        at = f"at step {step} of {self.total_steps}"
+        what = f"the training loss became {loss} {at}"
+        if math.isfinite(loss):
+            what = f"the weights stopped being finite numbers {at} (its loss: {loss:.4f})"
+        kept = list_steps(self.out)
+        default = TrainConfig.__dataclass_fields__["lr"].default
+        raise TrainError(
+            f"{what}: the run diverged, so no final/ was written"
+            + (f" (its step checkpoints up to {kept[-1][1].name} are kept)" if kept else "")
+            + f"; train again with a lower `lr` than {self.cfg.lr:g} (the default is {default:g})"
+            + (", into a new `out`" if kept else "")
+        )
+
     def run(self) -> TrainResult:
-        """Train to the last step (or until interrupted: then save and stop), then write ``final/``."""
+        """Train to the last step (or until interrupted: then save and stop), then write ``final/``; a loss that
+        stops being a finite number ends the run with :class:`TrainError` instead (:meth:`_check_finite`)."""
         cfg, world = self.cfg, self.world
         flops = budget(self.model_cfg, self.seq_len).flops_per_token
         peak = peak_flops(world.device, cfg.peak_flops)
@@ -319,6 +340,8 @@ class Trainer:
                 if self.on_step:
                     speed = stats.positions / stats.seconds
                     self.on_step(step, self.total_steps, f"loss {stats.loss:.4f}  {speed:,.0f} tok/s")
+                if not math.isfinite(stats.loss):  # diverged: nothing after this step is worth training or saving
+                    break
                 if all_reduce_sum(float(stop[0]), world) > 0 and step < self.total_steps:
                     self.save(step)
                     interrupted = True
@@ -326,6 +349,8 @@ class Trainer:
                 if cfg.save_every and step % cfg.save_every == 0 and step < self.total_steps:
                     self.save(step)
         log.close()
+        if not interrupted:
+            self._check_finite(step, last_loss)  # never a final/ (nor a step to resume) of NaN weights
         result = TrainResult(self.out, step, self.tokens_seen, last_loss, interrupted)
         if not interrupted:
             self.save(step)  # a resumable end state (the next stage starts from final/)

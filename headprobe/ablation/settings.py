@@ -30,7 +30,7 @@ import pandas as pd
 
 from headprobe.analysis.settings import MIN_LENGTH
 from headprobe.core.paths import content_keys
-from headprobe.core.settings import check_ranges, setting
+from headprobe.core.settings import MAX_TOKENS, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import parse_dtype
 from headprobe.hooked.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
@@ -110,7 +110,7 @@ class AblateSettings:
     modes: list[str] = field(default_factory=lambda: ["zero"])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     tasks: list[str] = field(default_factory=lambda: [NEEDLE_TASK])
-    lengths: list[int] = setting(factory=lambda: [2048], minimum=MIN_LENGTH)
+    lengths: list[int] = setting(factory=lambda: [2048], minimum=MIN_LENGTH, maximum=MAX_TOKENS)
     depths: list[float] = setting(factory=lambda: [0.0, 25.0, 50.0, 75.0, 100.0], minimum=0, maximum=100)
     samples: int = setting(2, minimum=1)
     needles: str = "builtin"

@@ -73,8 +73,10 @@ def check_inputs(model: HookedModel, name: str, s: AnalyzeSettings, budget: Memo
                 except ValueError as err:
                     raise AnalysisError(f"{name}: {err}; use longer `lengths` for retrieval") from None
         cached = length + s.max_new_tokens if decodes else 0
-        estimate = model.memory(length, rows=s.row_selection.count(length), topk=s.topk, cached_tokens=cached)
-        require_fits(f"{name} at {length:,} tokens", estimate, budget, MEMORY_FIX)
+        topk = s.topk if any(getattr(m, "min_topk", 0) for m in s.chosen()) else 0  # only reordering keeps top keys
+        estimate = model.memory(length, rows=s.row_selection.count(length), topk=topk, cached_tokens=cached)
+        fix = MEMORY_FIX + (f", or a smaller `topk` ({topk:,} now)" if topk > 16 else "")
+        require_fits(f"{name} at {length:,} tokens", estimate, budget, fix)
 
 
 def check_folder(parts: Parts, keys: list[dict[str, Any]], folder: Path) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import CONTENT, content_keys
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, check_ranges, setting
+from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import format_key, parse_prompt_format
 
@@ -59,6 +59,7 @@ class AnalyzeSettings:
         help="comma list of context lengths in tokens (4096,16k,128K)",
         form="lengths",
         minimum=MIN_LENGTH,
+        maximum=MAX_TOKENS,
     )
     samples: int = setting(4, help="inputs per length (needle prompts for retrieval)", minimum=1)
     rows: str = setting("all", help="query rows to analyse: all | last:N | stride:N")
@@ -134,6 +135,11 @@ class AnalyzeSettings:
         need = max((getattr(m, "min_topk", 0) for m in metrics), default=0)
         if self.topk < need:
             raise AnalysisError(f"token reordering needs `topk` >= {need}")
+        if need and self.topk > max(self.lengths):  # a row sees at most `length` keys
+            raise AnalysisError(
+                f"`topk` {self.topk:,} is more than the longest of `lengths` ({max(self.lengths):,} tokens), and a row "
+                f"sees at most that many keys; give `topk` from {need} to {max(self.lengths):,} (default 16)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready settings, with the content of each input file given (:meth:`files`)."""

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import Range
+from headprobe.core.settings import MAX_TOKENS, Range
 
 # what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback
 USER_ERRORS = (HeadprobeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
@@ -205,7 +205,8 @@ _COUNT = re.compile(r"(\d+)\s*([kK]?)")
 
 def token_counts(text: str, option: str = "--lengths") -> list[int]:
     """A comma list of token counts, ``k``/``K`` meaning x1024 (``4096,16k,128K``), each once in the order
-    first given (``1k,1K,1024`` is ``[1024]``); errors name ``option``."""
+    first given (``1k,1K,1024`` is ``[1024]``), none above :data:`~headprobe.core.settings.MAX_TOKENS`; errors
+    name ``option``."""
     counts = []
     for item in (x.strip() for x in text.split(",")):
         m = _COUNT.fullmatch(item)
@@ -213,7 +214,13 @@ def token_counts(text: str, option: str = "--lengths") -> list[int]:
             raise typer.BadParameter(
                 f"{option} {text!r}: {item!r} is not a positive token count; write e.g. 4096,16k,128K (k = 1,024)"
             )
-        counts.append(int(m.group(1)) * (1024 if m.group(2) else 1))
+        count = int(m.group(1)) * (1024 if m.group(2) else 1)
+        if count > MAX_TOKENS:
+            raise typer.BadParameter(
+                f"{option} {text!r}: {count:,} tokens is more than any command takes (at most {MAX_TOKENS:,}, "
+                f"{MAX_TOKENS // 1024}k, per length); write e.g. 4096,16k,128K (k = 1,024)"
+            )
+        counts.append(count)
     return list(dict.fromkeys(counts))  # 1k,1K,1024 is one length: measured once
 
 

@@ -10,7 +10,7 @@ import typer
 
 from headprobe.cli.common import check_device, command_flags, fail, flagify, ints, served
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, Range
+from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, Range
 
 # what an --export page holds (headprobe.explore.export.ExportSettings, which checks them, defaults the same)
 ExportLevels = Annotated[int, typer.Option(help="--export: how many of the coarsest zoom levels to embed")]
@@ -32,6 +32,12 @@ ExportMaxMib = Annotated[
     float, typer.Option(help="--export: refuse, before the work, a page estimated above this many MiB")
 ]
 
+Length = Annotated[
+    int | None,
+    typer.Option(help="input tokens (needed by --ruler and --needle; cuts --text)"),
+    Range(minimum=1, maximum=MAX_TOKENS),
+]
+
 
 def explore(
     ctx: typer.Context,
@@ -43,9 +49,7 @@ def explore(
         str | None, typer.Option(help="explore sample 0 of this RULER-style task (e.g. niah_single_1)")
     ] = None,
     needle: Annotated[bool, typer.Option("--needle", help="explore a needle-in-a-haystack prompt")] = False,
-    length: Annotated[
-        int | None, typer.Option(help="input tokens (needed by --ruler and --needle; cuts --text)"), Range(minimum=1)
-    ] = None,
+    length: Length = None,
     depth: Annotated[
         float, typer.Option(help="--needle: needle depth in percent of the haystack"), Range(minimum=0, maximum=100)
     ] = 50.0,

@@ -69,10 +69,14 @@ def ruler_generate(
     from headprobe.core.outputs import SAMPLES, claim
     from headprobe.evals.ruler import RulerGenerator, resolve_tasks
     from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
+    from headprobe.hooked import model_tokenizer
     from headprobe.model.tokenizer import load_tokenizer
     from headprobe.text.prompt_format import resolve_wrapper
 
-    counts = token_counts(lengths)
+    try:
+        counts = token_counts(lengths)
+    except typer.BadParameter as err:
+        raise fail(err, ctx) from None
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
     inputs = [p for p in (tokenizer, *(haystack_files or []), *(qa_files or [])) if Path(p).exists()]
@@ -84,7 +88,7 @@ def ruler_generate(
         raise fail(f"--out {out}: the folder {out.parent} does not exist; create it or give another path", ctx)
     try:
         source = _tokenizer_files(tokenizer)
-        tok = load_tokenizer(source or tokenizer)
+        tok = load_tokenizer("byte") if source is None else model_tokenizer(source)  # a checkpoint's own, as it loads
         folder = None if source is None else source if source.is_dir() else source.parent
         qa = qa_file_kinds([str(f) for f in qa_files or []])
         wrapper = resolve_wrapper(prompt_format, folder)

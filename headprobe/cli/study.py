@@ -141,15 +141,14 @@ def demo(
 def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) -> None:
     """``headprobe demo --real``: :func:`headprobe.study.real.real_demo`, its tables, figures and report."""
     from headprobe.cli.show import print_tables
-    from headprobe.core.atomic import FolderBusy
-    from headprobe.hooked import ModelLoadError
+    from headprobe.core.errors import HeadprobeError
     from headprobe.show import show_tables
     from headprobe.study.real import real_demo
 
     try:  # a --model that is no model is refused before any step (real_demo checks it first)
         with resumable(out, ctx), progress_bar("real-demo", ctx, enabled=progress) as bar:
             report = real_demo(out, model, progress=bar, say=typer.echo)
-    except (ModelLoadError, FolderBusy) as err:
+    except HeadprobeError as err:  # a --model or --out refused, or a busy folder, before any step
         raise fail(err, ctx) from None
     if report.steps:  # no "results:" line for a folder no step wrote into
         print_tables(show_tables(out, ["retrieval", "erank", "ruler", "ablation"], top=10))

@@ -116,10 +116,18 @@ RUN = Output("run", "a training run", "add")
 GRID = Output("grid", "a training grid", "add")
 
 
+COMMANDS = {"real-demo": "demo --real"}  # the command of a job not named as its command
+
+
+def command_of(job: str) -> str:
+    """The command that runs ``job``, as messages name it: ``headprobe analyze``, ``headprobe demo --real``."""
+    return f"headprobe {COMMANDS.get(job, job)}"
+
+
 def job_results(job: str) -> Output:
     """The results folder of ``job`` (``analyze``, ``ruler eval``, ``shortctx eval``, ``ablate``, ``study``,
     ``real-demo``): its :data:`RUN_FILE` names the job."""
-    return Output("results", f"the results of `headprobe {job}`", "add", job)
+    return Output("results", f"the results of `{command_of(job)}`", "add", job)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +161,7 @@ def _folder(path: Path) -> Found:
     names = {p.name for p in entries}
     record = _json(path / RUN_FILE) if RUN_FILE in names else None
     if isinstance(record, dict) and isinstance(record.get("job"), str):
-        return Found("results", f"the results of `headprobe {record['job']}`", record["job"])
+        return Found("results", f"the results of `{command_of(record['job'])}`", record["job"])
     if RUN_FILE in names:
         return Found("results", f"a results folder whose record {RUN_FILE} cannot be read (restore it, or delete it to "
                      "let the command that wrote the folder write it again)")  # fmt: skip

@@ -12,11 +12,14 @@ and checked by one rule before any work (:func:`check_ranges`, :meth:`Range.refu
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal
 
 Form = Literal["names", "lengths", "paths"]
+
+MAX_TOKENS = 2**24  # the longest input any command takes (16,384K tokens: 64 times the study's 256K)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,9 @@ class Range:
     below: float | None = None
 
     def allows(self, value: float) -> bool:
+        """Whether ``value`` lies in the range; ``inf`` and ``nan`` never do (no setting means either)."""
+        if not math.isfinite(value):
+            return False
         low = (self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
         return low and (self.maximum is None or value <= self.maximum) and (self.below is None or value < self.below)
 
@@ -49,15 +55,21 @@ class Range:
 
     def refusal(self, value: Any) -> str | None:
         """Why ``value`` (a number, a list of numbers, or ``None``: not given) is refused, e.g. ``give a value
-        above 0, got -1.0``; ``None`` when it is allowed."""
+        above 0, got -1.0``; ``None`` when it is allowed. ``inf`` and ``nan`` are refused whatever the bounds:
+        ``give a finite value above 0, got inf``."""
         for item in value if isinstance(value, list | tuple) else [value]:
             if isinstance(item, int | float) and not isinstance(item, bool) and not self.allows(item):
-                return f"give {self}, got {item}"
+                if math.isfinite(item):
+                    return f"give {self}, got {item}"
+                bounds = str(self) if self != Range() else ""  # "a value above 0", "at least 0", or no bound
+                said = bounds.removeprefix("a value ") if bounds.startswith("a value") else f"of {bounds}"
+                return f"give a finite value {said if bounds else ''}".rstrip() + f", got {item}"
         return None
 
 
 def _number(bound: float) -> str:
-    return f"{bound:g}"
+    """A bound as a refusal writes it: ``0``, ``0.5``, ``16777216`` (a whole number in full, never ``1.67772e+07``)."""
+    return str(int(bound)) if float(bound).is_integer() and abs(bound) < 1e16 else f"{bound:g}"
 
 
 def setting(

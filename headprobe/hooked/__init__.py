@@ -6,7 +6,8 @@ base    ``HookedModel``: forward with hooks, greedy decoding (one prompt, or a l
 ours    ``HeadprobeModel``: our :class:`~headprobe.model.transformer.Transformer`
 hf      ``HFModel``: a Hugging Face causal LM, its attention routed through the seam per call
 load    ``load_model(path)``, ``check_model`` (what a model path is, before any work), ``model_files`` (where
-        its tokenizer and config lie), ``model_name`` (a checkpoint's one name), ``parse_dtype``,
+        its tokenizer and config lie), ``model_tokenizer`` (a model folder's own tokenizer), ``model_name`` (a
+        checkpoint's one name), ``parse_dtype``,
         ``trained_positions`` / ``check_trained_lengths`` (from config.json)
 gguf    GGUF files, converted once into a cached Hugging Face folder (checked, and converted again when damaged)
 errors  ``ModelLoadError``
@@ -24,6 +25,7 @@ from headprobe.hooked.load import (
     load_model,
     model_files,
     model_name,
+    model_tokenizer,
     parse_dtype,
     trained_positions,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "load_model",
     "model_files",
     "model_name",
+    "model_tokenizer",
     "parse_dtype",
     "trained_positions",
 ]

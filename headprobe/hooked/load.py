@@ -17,8 +17,15 @@ from headprobe.hooked.errors import ModelLoadError
 from headprobe.hooked.gguf import SOURCE_FILE, Log, cached_folder, check_gguf, gguf_folder
 from headprobe.hooked.hf import HFModel
 from headprobe.hooked.ours import HeadprobeModel
-from headprobe.model.checkpoint import CONFIG_FILE, CheckpointError, ModelKind, load_checkpoint, model_kind
-from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.checkpoint import (
+    CONFIG_FILE,
+    CheckpointError,
+    ModelKind,
+    checkpoint_tokenizer,
+    load_checkpoint,
+    model_kind,
+)
+from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
 DTYPES = {
     "float32": torch.float32,
@@ -45,8 +52,28 @@ def load_model(
 ) -> HookedModel:
     """Our checkpoint folder, a local Hugging Face model folder, or a ``.gguf`` file (converted once into a
     cached Hugging Face folder, :func:`headprobe.hooked.gguf.gguf_folder`; ``log`` hears when that
-    happens), as a :class:`HookedModel`."""
-    path = Path(path)
+    happens), as a :class:`HookedModel`. Weights that are not all finite numbers are refused
+    (:func:`check_finite_weights`): every number measured from them would be NaN, or an error deep inside."""
+    model = _load_model(Path(path), device, dtype, log)
+    check_finite_weights(model, path)
+    return model
+
+
+def check_finite_weights(model: HookedModel, path: str | Path) -> None:
+    """Raise :class:`ModelLoadError` when a weight of ``model`` (loaded from ``path``) is NaN or infinite, as a
+    training run that diverged leaves them."""
+    tensors = [p for p in model.parameters() if p.is_floating_point()]
+    bad = sum(not bool(torch.isfinite(p).all()) for p in tensors)
+    if bad:
+        raise ModelLoadError(
+            f"{path}: its weights are not finite numbers ({bad} of its {len(tensors)} weight tensors hold NaN or "
+            "inf), so nothing can be measured from it: was it trained until it diverged? Give "
+            "another checkpoint, or train it again with a lower learning rate (headprobe train --lr)"
+        )
+
+
+def _load_model(path: Path, device: str | torch.device, dtype: torch.dtype | None, log: Log | None) -> HookedModel:
+    """:func:`load_model`, before its weights are checked."""
     kind = _kind(path)  # the GGUF header is read where the file is converted, not again for each load
     if kind == "gguf":
         folder = gguf_folder(path, log)
@@ -66,6 +93,19 @@ def load_model(
     except CheckpointError as err:
         raise ModelLoadError(str(err)) from None
     return HeadprobeModel(model, tokenizer, model_name(path), folder=path)
+
+
+def model_tokenizer(path: str | Path) -> ByteTokenizer | HFTokenizer:
+    """The tokenizer at ``path``: a ``tokenizer.json`` file, or a model folder's own tokenizer (our checkpoint's,
+    byte or file, as :func:`load_model` would read it: :func:`headprobe.model.checkpoint.checkpoint_tokenizer`; a
+    Hugging Face folder's ``tokenizer.json``). A GGUF file's is in its converted folder (:func:`model_files`)."""
+    path = Path(path)
+    if path.is_dir() and (path / CONFIG_FILE).is_file() and _kind(path) == "checkpoint":
+        try:
+            return checkpoint_tokenizer(path)
+        except CheckpointError as err:
+            raise ModelLoadError(str(err)) from None
+    return load_tokenizer(path)
 
 
 def model_files(path: str | Path, log: Log | None = None) -> Path:
@@ -130,7 +170,8 @@ def trained_positions(path: str | Path) -> int | None:
     value = config.get("max_position_embeddings") if "model_type" in config else config.get("max_seq_len")
     if value is None and "text_config" in config:  # multimodal HF configs nest the language model's
         value = (config["text_config"] or {}).get("max_position_embeddings")
-    return int(value) if isinstance(value, int) else None
+    positive = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return value if positive else None  # anything else: the load that follows refuses the config, naming the field
 
 
 class BeyondTrainedError(HeadprobeError, ValueError):

@@ -12,6 +12,7 @@ from headprobe.core.errors import SettingError
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.heads import HeadAccumulator, head_frame
 from headprobe.metrics.passes import run_pass
+from headprobe.model.budget import kendall_chunk
 from headprobe.model.config import LayerInfo
 from headprobe.results import Column, Schema
 from headprobe.stats import AttentionStats
@@ -38,7 +39,7 @@ REORDERING = Schema(
 )
 
 
-def kendall_reordering(topk_idx: Tensor, topk_prob: Tensor, chunk: int = 65536) -> Tensor:
+def kendall_reordering(topk_idx: Tensor, topk_prob: Tensor, chunk: int | None = None) -> Tensor:
     """Probability-weighted normalised Kendall distance between attention order and recency, per row.
 
     ``topk_idx [..., k]`` holds key positions, ``topk_prob [..., k]`` their probabilities (``-1`` and
@@ -47,9 +48,11 @@ def kendall_reordering(topk_idx: Tensor, topk_prob: Tensor, chunk: int = 65536) 
     The row's value is the weighted share of disagreeing pairs: 0 = attention falls off with recency,
     0.5 = unrelated (a uniform row is exactly 0.5), 1 = reversed. Keys with almost no attention weigh
     almost nothing, so their arbitrary order cannot swamp the keys that matter. NaN for rows with fewer
-    than two keys. Rows are taken ``chunk`` at a time (``[chunk, k, k]`` pairs in memory).
+    than two keys. Rows are taken ``chunk`` at a time (``[chunk, k, k]`` pairs in memory; by default as many
+    as :func:`headprobe.model.budget.kendall_chunk` allows, which the memory estimate counts).
     """
     shape, k = topk_idx.shape[:-1], topk_idx.shape[-1]
+    chunk = chunk or kendall_chunk(k)
     idx, prob = topk_idx.reshape(-1, k), topk_prob.reshape(-1, k).double()
     out = torch.empty(idx.shape[0], dtype=torch.float64, device=idx.device)
     upper = torch.triu(torch.ones(k, k, dtype=torch.bool, device=idx.device), diagonal=1)  # each pair once

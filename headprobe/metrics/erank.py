@@ -6,6 +6,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.passes import run_pass
 from headprobe.model.config import LayerInfo
@@ -22,6 +23,10 @@ ERANK = Schema(
         Column("tokens", "int", "positions pooled"),
     ),
 )
+
+
+class NonFiniteError(HeadprobeError, ValueError):
+    """A model's activations are not finite numbers, so a metric of them does not exist."""
 
 
 def _erank_from_gram(gram: Tensor) -> float:
@@ -80,7 +85,16 @@ class ErankCollector:
         self.grams.setdefault(layer, GramAccumulator()).add(x)
 
     def frame(self) -> pd.DataFrame:
-        """One row per residual site: the embedding output (``layer = -1``) and every block's output."""
+        """One row per residual site: the embedding output (``layer = -1``) and every block's output; a stream
+        that is not all finite numbers is refused (:class:`NonFiniteError`): its eigenvalues do not exist."""
+        for layer, acc in sorted(self.grams.items()):
+            if acc.gram is not None and not bool(torch.isfinite(acc.gram).all()):
+                site = "the embedding output" if layer < 0 else f"the output of block {layer}"
+                raise NonFiniteError(
+                    f"the residual stream holds values that are not finite numbers (NaN or inf) at {site}, so its "
+                    "effective rank does not exist: the model overflows in this dtype (try `dtype` float32) or its "
+                    "weights are not finite (trained until it diverged?)"
+                )
         return pd.DataFrame.from_records(
             {
                 "layer": layer,

@@ -168,12 +168,25 @@ def forward_activation_bytes(layers: Sequence[LayerInfo], d_model: int, d_ff: in
 STATS_TILE_KEYS = 8192  # widest key tile of the streaming statistics (headprobe.stats.engine)
 
 
+KENDALL_PAIRS = 2**22  # key pairs token reordering compares at once (rows x topk x topk), at least one row's
+KENDALL_PAIR_BYTES = 48  # its float64 and boolean temporaries per pair
+
+
+def kendall_chunk(topk: int) -> int:
+    """Rows token reordering (:func:`headprobe.metrics.attention.kendall_reordering`) takes at once: as many as
+    keep ``rows x topk x topk`` within :data:`KENDALL_PAIRS` pairs, at least one."""
+    return max(1, KENDALL_PAIRS // max(1, topk * topk))
+
+
 def statistics_bytes(layers: Sequence[LayerInfo], rows: int, topk: int) -> int:
     """The streaming statistics of one layer: a few float32 score tiles of up to 1,024 rows by
-    ``STATS_TILE_KEYS`` keys per head, plus the per-row outputs (10 values and ``2 * topk``)."""
+    ``STATS_TILE_KEYS`` keys per head, plus the per-row outputs (10 values and ``2 * topk``), and with
+    ``topk`` token reordering's pairwise comparison of the top keys (``topk x topk`` pairs per row, a chunk of
+    rows at a time: :func:`kendall_chunk`)."""
     heads = max(info.n_heads for info in layers)
     tiles = 6 * 4 * heads * min(rows, 1024) * STATS_TILE_KEYS
-    return tiles + 8 * heads * rows * (10 + 2 * topk)
+    pairs = KENDALL_PAIR_BYTES * min(heads * rows, kendall_chunk(topk)) * topk * topk if topk else 0
+    return tiles + 8 * heads * rows * (10 + 2 * topk) + pairs
 
 
 def pass_memory(

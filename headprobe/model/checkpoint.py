@@ -291,10 +291,30 @@ def load_checkpoint(
     model.load_state_dict(tensors, strict=not cfg.tie_embeddings)
     model.to(device=device)
     model.eval()
+    return model, _tokenizer(path, cfg)
+
+
+def checkpoint_tokenizer(path: str | Path) -> ByteTokenizer | HFTokenizer:
+    """The tokenizer of the checkpoint folder ``path``, as :func:`load_checkpoint` loads it (the ``tokenizer.json``
+    it was saved with, checked against the record in its weights file, or the byte tokenizer), without reading
+    the weights themselves. Raises :class:`CheckpointError` as :func:`load_checkpoint` does."""
+    path = Path(path)
+    cfg = _read_config(path)
+    try:
+        with safe_open(str(path / WEIGHTS_FILE), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except Exception:  # damaged: the full read says how
+        metadata = _read_weights(path / WEIGHTS_FILE)[1]
+    _check_tokenizer(path, metadata)
+    return _tokenizer(path, cfg)
+
+
+def _tokenizer(path: Path, cfg: ModelConfig) -> ByteTokenizer | HFTokenizer:
+    """The tokenizer of the checkpoint ``path`` (whose record :func:`_check_tokenizer` has checked)."""
     tok_file = path / TOKENIZER_FILE
     tokenizer = load_tokenizer(tok_file) if tok_file.is_file() else ByteTokenizer()
     if tokenizer.vocab_size > cfg.vocab_size:
         raise CheckpointError(
             f"{tok_file}: tokenizer has {tokenizer.vocab_size} ids, more than the model's vocab_size={cfg.vocab_size}"
         )
-    return model, tokenizer
+    return tokenizer

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,12 @@ class AttentionConfig:
         """Raise :class:`ConfigError` naming the bad field and the fix."""
         for name in ("n_heads", "qk_head_dim", "v_head_dim"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _whole(value) or value < 1:
                 raise ConfigError(f"{where}.{name} must be a positive integer, got {value!r}")
+        if not _whole(self.rope_dim):
+            raise ConfigError(f"{where}.rope_dim must be a non-negative even integer, got {self.rope_dim!r}")
+        if not _number(self.rope_theta):
+            raise ConfigError(f"{where}.rope_theta must be a positive number, got {self.rope_theta!r}")
         if self.n_kv_heads is not None and (not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1):
             raise ConfigError(f"{where}.n_kv_heads must be a positive integer or null, got {self.n_kv_heads!r}")
         if self.n_heads % self.kv_heads:
@@ -110,6 +115,16 @@ class AttentionConfig:
                 f"{where}.window={self.window!r} must be an integer >= 1 (keys seen including the "
                 "query's own) or null for full causal attention"
             )
+
+
+def _whole(value: object) -> bool:
+    """Whether a config value is an integer (JSON's ``true`` is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    """Whether a config value is a finite number (an integer or a float; not ``true``, not a string)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -195,10 +210,18 @@ class ModelConfig:
 
     # -- validation ------------------------------------------------------------------------
     def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the bad field, what it must be and what it holds."""
         for name in ("vocab_size", "d_model", "n_layers", "d_ff", "full_every", "max_seq_len"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _whole(value) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("norm_eps", "init_std"):
+            if not _number(getattr(self, name)) or getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive number, got {getattr(self, name)!r}")
+        if not isinstance(self.tie_embeddings, bool):
+            raise ConfigError(f"tie_embeddings must be true or false, got {self.tie_embeddings!r}")
+        if self.name is not None and not isinstance(self.name, str):
+            raise ConfigError(f"name must be a string or null, got {self.name!r}")
         if not isinstance(self.swa, AttentionConfig) or not isinstance(self.full, AttentionConfig):
             raise ConfigError("swa and full must be AttentionConfig values")
         self.swa.validate("swa")
@@ -213,8 +236,6 @@ class ModelConfig:
                 f"full.window={self.full.window}: full-attention layers see every earlier key; "
                 "set full.window to null (sliding windows belong in swa)"
             )
-        if self.norm_eps <= 0 or self.init_std <= 0:
-            raise ConfigError("norm_eps and init_std must be positive")
 
     # -- serialisation ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

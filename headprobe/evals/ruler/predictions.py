@@ -18,8 +18,13 @@ from headprobe.runs import changed_inputs, changed_since, identity_changes
 CLAIM = "run.json"
 
 
-def _shown(value: Any) -> str:
-    """A key's value in a message: a list as its comma list (the command line's form), a long path short."""
+def _shown(value: Any, name: str = "") -> str:
+    """A key's value in a message: a list as its comma list (the command line's form), a long path short,
+    ``None`` as what it means (:func:`headprobe.runs.shown_value`: ``--dtype`` as saved)."""
+    if value is None:
+        from headprobe.runs import shown_value
+
+        return shown_value(name, value)
     if isinstance(value, list):
         return ",".join(map(str, value)) or "none"
     text = str(value)
@@ -54,7 +59,7 @@ class Predictions:
             raise RulerError(changed_inputs(files, self.folder.parent))
         differ = [k for k in differ if not k.endswith(CONTENT)]  # a file's path differs: named by its setting
         if differ:
-            changes = "; ".join(f"`{k}` {_shown(old[k])} there, {_shown(key[k])} now" for k in differ)
+            changes = "; ".join(f"`{k}` {_shown(old[k], k)} there, {_shown(key[k], k)} now" for k in differ)
             raise RulerError(
                 f"{self.folder.parent} holds predictions made with other settings ({changes}); rerun with those, "
                 f"use another `out`, or delete {self.folder.parent} to start over"

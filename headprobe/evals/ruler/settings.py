@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import content_keys
-from headprobe.core.settings import DTYPE_HELP, PROMPT_FORMAT_HELP, check_ranges, setting
+from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS_HELP, Task, resolve_tasks
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import PromptFormatError, parse_prompt_format
@@ -73,6 +73,7 @@ class RulerSettings:
         help=f"{LENGTHS_HELP} (default: the lengths `data` holds, else 4096)",
         form="lengths",
         minimum=1,
+        maximum=MAX_TOKENS,
     )
     samples: int = setting(25, help="samples per task and length", minimum=1)
     seed: int = setting(42, help="generation seed")

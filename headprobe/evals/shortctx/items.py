@@ -32,44 +32,121 @@ class Item:
     label: int
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _numbered(path: Path) -> list[tuple[int, Any]]:
+    """The items of a JSON-lines task file with their line numbers."""
     text = read_utf8(path, "task file", ShortCtxError)
-    out = [record for _, record in jsonl_records(text, path, ShortCtxError)]
+    out = list(jsonl_records(text, path, ShortCtxError))
     if not out:
         raise ShortCtxError(f"{path} holds no items")
     return out
 
 
-def _field(record: dict, path: Path, *keys: str) -> Any:
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [record for _, record in _numbered(path)]
+
+
+def _field(record: dict, path: Path, *keys: str, line: int | None = None) -> Any:
     value: Any = record
     for key in keys:
         if not isinstance(value, dict) or key not in value:
-            raise ShortCtxError(f"{path}: an item lacks the field {'.'.join(keys)!r}; is this the right `task`?")
+            where = f"{path} line {line}" if line is not None else str(path)
+            raise ShortCtxError(f"{where}: an item lacks the field {'.'.join(keys)!r}; is this the right `task`?")
         value = value[key]
     return value
 
 
+def _kind(value: Any) -> str:
+    """What a JSON value is, as a message says it: ``null``, ``a number (5)``, ``a string ("ab")``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    if isinstance(value, int | float):
+        return f"a number ({value})"
+    shown = json.dumps(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return f"{'a string' if isinstance(value, str) else 'a list' if isinstance(value, list) else 'an object'} ({shown})"
+
+
+class _Item:
+    """One item of a task file, read field by field: each refusal names the file, the line and the field,
+    what it holds and what to give instead."""
+
+    def __init__(self, path: Path, line: int, record: Any, example: str) -> None:
+        self.where, self.record, self.example = f"{path} line {line}", record, example
+        self.path, self.line = path, line
+        if not isinstance(record, dict):
+            raise ShortCtxError(f"{self.where}: an item is a JSON object, got {_kind(record)}; write e.g. {example}")
+
+    def refuse(self, field: str, problem: str, fix: str) -> ShortCtxError:
+        return ShortCtxError(f"{self.where}: {field!r} {problem}; {fix} (an item: {self.example})")
+
+    def text(self, *keys: str) -> str:
+        value = _field(self.record, self.path, *keys, line=self.line)
+        if not isinstance(value, str):
+            raise self.refuse(".".join(keys), f"is {_kind(value)}, not text", "give it as a JSON string")
+        return value
+
+    def texts(self, key: str) -> list[str]:
+        value = _field(self.record, self.path, key, line=self.line)
+        fix = "give a list of the choices as JSON strings"
+        if not isinstance(value, list):
+            raise self.refuse(key, f"is {_kind(value)}, not a list", fix)
+        if not value:
+            raise self.refuse(key, "is an empty list", fix)
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise self.refuse(key, f"item {i} is {_kind(item)}, not text", "give every choice as a JSON string")
+        return value
+
+    def index(self, key: str, n: int, base: int = 0, digits: bool = False) -> int:
+        """The field ``key``: a whole number from ``base`` to ``base + n - 1`` (a JSON number; with ``digits``
+        also a string of digits, as WinoGrande stores it), returned 0-based."""
+        value = _field(self.record, self.path, key, line=self.line)
+        number = value
+        spelled = digits and isinstance(value, str) and value.strip().isdigit()
+        if spelled or (isinstance(value, float) and value.is_integer()):
+            number = int(value)
+        fix = f"give the {base}-based index of the right choice, a whole number from {base} to {base + n - 1}"
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise self.refuse(key, f"is {_kind(value)}, not a whole number", fix)
+        if not base <= number < base + n:
+            raise self.refuse(key, f"is {number}, not an index into the {n} choices", fix)
+        return number - base
+
+
+JSONL_EXAMPLE = '{"context": "2+2=", "choices": [" 4", " 5"], "label": 0}'
+
+
 def load_jsonl(path: Path) -> list[Item]:
-    """headprobe's format: ``{"context": str, "choices": [str, ...], "label": int}`` per line."""
+    """headprobe's format: ``{"context": str, "choices": [str, ...], "label": int}`` per line; every field is
+    checked, a wrong one refused naming the file, the line and the field."""
     items = []
-    for r in _lines(path):
-        choices, label = _field(r, path, "choices"), _field(r, path, "label")
-        if not isinstance(choices, list) or not (0 <= int(label) < len(choices)):
-            raise ShortCtxError(f"{path}: label {label} is not an index into {len(choices)} choices")
-        items.append(Item(tuple((_field(r, path, "context"), c) for c in choices), int(label)))
+    for line, r in _numbered(path):
+        item = _Item(path, line, r, JSONL_EXAMPLE)
+        context, choices = item.text("context"), item.texts("choices")
+        items.append(Item(tuple((context, c) for c in choices), item.index("label", len(choices))))
     return items
 
 
 def _lettered(path: Path, question_format: str) -> list[Item]:
     """ARC / OpenBookQA / CommonsenseQA: ``question.stem``, ``question.choices[{label, text}]``, ``answerKey``."""
+    example = '{"question": {"stem": "...", "choices": [{"label": "A", "text": "..."}, ...]}, "answerKey": "A"}'
     items = []
-    for r in _lines(path):
-        stem = _field(r, path, "question", "stem")
-        choices = _field(r, path, "question", "choices")
+    for line, r in _numbered(path):
+        item = _Item(path, line, r, example)
+        stem = item.text("question", "stem")
+        choices = _field(r, path, "question", "choices", line=line)
+        if not isinstance(choices, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("label"), str) and isinstance(c.get("text"), str) for c in choices
+        ):
+            raise item.refuse(
+                "question.choices", f"is {_kind(choices)}", 'give a list of {"label": "A", "text": "..."} objects'
+            )
         labels = [c["label"] for c in choices]
-        key = _field(r, path, "answerKey")
+        key = _field(r, path, "answerKey", line=line)
         if key not in labels:
-            raise ShortCtxError(f"{path}: answerKey {key!r} is not among the choice labels {labels}")
+            raise ShortCtxError(f"{item.where}: answerKey {key!r} is not among the choice labels {labels}")
         ctx = question_format.format(stem=stem)
         items.append(Item(tuple((ctx, " " + c["text"]) for c in choices), labels.index(key)))
     return items
@@ -82,26 +159,31 @@ def _hellaswag_clean(text: str) -> str:
 
 
 def load_hellaswag(path: Path) -> list[Item]:
+    example = '{"activity_label": "...", "ctx_a": "...", "ctx_b": "...", "endings": ["...", ...], "label": 0}'
     items = []
-    for r in _lines(path):
-        ctx = _field(r, path, "ctx_a") + " " + _field(r, path, "ctx_b").capitalize()
-        query = _hellaswag_clean(_field(r, path, "activity_label") + ": " + ctx)
-        endings = [_hellaswag_clean(e) for e in _field(r, path, "endings")]
-        items.append(Item(tuple((query, " " + e) for e in endings), int(_field(r, path, "label"))))
+    for line, r in _numbered(path):
+        item = _Item(path, line, r, example)
+        ctx = item.text("ctx_a") + " " + item.text("ctx_b").capitalize()
+        query = _hellaswag_clean(item.text("activity_label") + ": " + ctx)
+        endings = [_hellaswag_clean(e) for e in item.texts("endings")]
+        items.append(Item(tuple((query, " " + e) for e in endings), item.index("label", len(endings))))
     return items
 
 
 def load_winogrande(path: Path) -> list[Item]:
     """Partial scoring: the option fills the blank in the context; the shared rest is scored."""
+    example = '{"sentence": "... _ ...", "option1": "...", "option2": "...", "answer": "1"}'
     items = []
-    for r in _lines(path):
-        sentence = _field(r, path, "sentence")
+    for line, r in _numbered(path):
+        item = _Item(path, line, r, example)
+        sentence = item.text("sentence")
+        if "_" not in sentence:
+            raise item.refuse("sentence", "has no blank (_)", "mark where the option goes with _")
         at = sentence.index("_")
         continuation = " " + sentence[at + 1 :].strip()
-        options = [_field(r, path, "option1"), _field(r, path, "option2")]
-        items.append(
-            Item(tuple((sentence[:at] + o, continuation) for o in options), int(_field(r, path, "answer")) - 1)
-        )
+        options = [item.text("option1"), item.text("option2")]
+        answer = item.index("answer", 2, base=1, digits=True)
+        items.append(Item(tuple((sentence[:at] + o, continuation) for o in options), answer))
     return items
 
 
