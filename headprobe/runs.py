@@ -23,7 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 import torch
 
-from headprobe.core.atomic import LOCK_FILE, atomic_write_text, folder_lock
+from headprobe.core.atomic import LOCK_FILE, atomic_write_text, folder_lock, missing_folders, remove_if_empty
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.outputs import RUN_FILE, OutputRefused, claim, command_of, job_results
 from headprobe.core.paths import CONTENT, changed_files, file_sha256
@@ -451,13 +451,45 @@ def run_each(
     return report
 
 
-def mark_folder(out: Path, job: str, record: dict[str, Any] | None = None) -> None:
-    """Claim ``out`` for ``job`` (:func:`headprobe.core.outputs.claim`: a new or empty folder, or ``job``'s
-    own results) and, when it has no record yet, write ``OUT/run.json`` naming the job (with ``record``), so
-    that the folder is known as ``job``'s from its first step on (a study's training comes first)."""
-    claim(out, job_results(job), fix=f"give `{command_of(job)}` another `out`")
-    if not (Path(out) / RUN_FILE).is_file():
-        atomic_write_text(Path(out) / RUN_FILE, json.dumps({"job": job, **(record or {})}, indent=2) + "\n")
+@contextlib.contextmanager
+def held_folder(
+    out: Path, job: str, record: dict[str, Any] | None = None, inputs: Sequence[str | Path] = ()
+) -> Iterator[None]:
+    """Hold ``out`` for a ``job`` whose steps write into it (a study, the real-model demo): claim it
+    (:func:`headprobe.core.outputs.claim`: a new or empty folder, or ``job``'s own results; never one of the
+    ``inputs`` or around or inside one) and mark it at once (``OUT/run.json`` naming the job), so that it is
+    known as ``job``'s from its first step on. A folder the block left holding nothing but that mark is taken
+    back (a refused or failed run writes nothing); otherwise, with a ``record`` (what this run was asked:
+    recipe, seeds ...), the record lists it under ``runs`` and its lists (seeds ...) hold every run's."""
+    claim(out, job_results(job), inputs=inputs, fix=f"give `{command_of(job)}` another `out`")
+    path, created = Path(out) / RUN_FILE, missing_folders(out)
+    marked = not path.exists()
+    if marked:
+        atomic_write_text(path, json.dumps({"job": job}, indent=2) + "\n")
+    try:
+        yield
+    finally:
+        alone = not any(p.name not in (RUN_FILE, LOCK_FILE) for p in Path(out).iterdir())
+        if marked and alone:
+            path.unlink(missing_ok=True)
+            remove_if_empty(created)
+        elif record is not None:
+            earlier = _record(path, job)
+            run = {**resume_key(**record), "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+            runs = [*earlier.get("runs", []), run]
+            merged = merged_settings(
+                earlier, resume_key(**record), [k for k, v in record.items() if isinstance(v, list)]
+            )
+            atomic_write_text(path, json.dumps({"job": job, **merged, "runs": runs}, indent=2) + "\n")
+
+
+def _record(path: Path, job: str) -> dict[str, Any]:
+    """The run record at ``path`` when it is ``job``'s (``{}`` when missing, unreadable or another's)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) and record.get("job") == job else {}
 
 
 @contextlib.contextmanager
@@ -489,16 +521,19 @@ def run_models(
     record: tuple[str, dict[str, Any]],
     ranks: Ranks | None = None,
     adds: Sequence[str] = (),
+    reads: Sequence[str | Path | None] = (),
 ) -> RunReport[T]:
     """``job(path, folder, name)`` for every checkpoint, each writing into ``out/<name>/`` (however many
     there are, so that adding a checkpoint to a run never moves the results already there). One
     checkpoint's failure is the run's; of several, a failure is recorded and the others run. ``record`` is
     the job's name and settings for ``OUT/run.json`` (:func:`write_run_record`, when anything succeeded;
-    ``adds``: the list settings a rerun adds to, e.g. analyze's ``metrics`` and ``lengths``). The run holds
-    ``out`` (:func:`job_folder`) throughout; with ``ranks`` of several processes, the first holds it and
-    writes the record."""
+    ``adds``: the list settings a rerun adds to, e.g. analyze's ``metrics`` and ``lengths``). ``out`` must not
+    be, hold or lie inside a checkpoint or another path the job ``reads`` (a haystack file, ``from_results``).
+    The run holds ``out`` (:func:`job_folder`) throughout; with ``ranks`` of several processes, the first
+    holds it and writes the record."""
     names, ranks = unique_names(checkpoints, out), ranks or Ranks()
-    with ranks.held_by_main(job_folder(out, record[0], checkpoints)):
+    inputs = [*checkpoints, *(p for p in reads if p is not None and Path(p).exists())]
+    with ranks.held_by_main(job_folder(out, record[0], inputs)):
         if len(checkpoints) == 1:
             report: RunReport[T] = RunReport(checkpoints={names[0]: str(checkpoints[0])}, out=out)
             report.results[names[0]] = job(Path(checkpoints[0]), out / names[0], names[0])
@@ -532,16 +567,14 @@ def write_run_record(
     out: Path, job: str, settings: dict[str, Any], report: RunReport[Any], adds: Sequence[str] = ()
 ) -> None:
     """``OUT/run.json``: what the folder holds, however many runs wrote it. ``settings``: this run's, merged
-    with the earlier runs' (:func:`merged_settings`: each list of ``adds`` keeps what earlier runs added);
+    with the earlier runs' (:func:`merged_settings`: each list of ``adds`` keeps what earlier runs added; a
+    setting other runs gave other values, e.g. each checkpoint's ``samples``, holds every value given, and
+    ``varies`` names it: look up each run's under ``runs``);
     ``checkpoints``: every checkpoint any run measured there, by name; ``errors``: the failures among them
     (a checkpoint's last: one that succeeded since has none); ``command`` and ``versions``: the last run's;
     ``runs``: every run's own command, settings, versions, checkpoints and failures, oldest first."""
     path = out / RUN_FILE
-    try:
-        earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
-        earlier = {}
-    earlier = earlier if isinstance(earlier, dict) and earlier.get("job") == job else {}
+    earlier = _record(path, job)
     now = resume_key(**settings)
     run = {
         "command": list(sys.argv),
@@ -552,14 +585,25 @@ def write_run_record(
         "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     errors = {k: v for k, v in earlier.get("errors", {}).items() if k not in report.results} | report.errors
+    runs = [*earlier.get("runs", []), run]
+    merged = merged_settings(earlier.get("settings", {}), now, adds)
+    varies = []
+    for name in (n for n in now if n not in adds):  # a setting the runs gave other values: every value, said so
+        values: dict[str, Any] = {}
+        for r in runs:
+            if name in r.get("settings", {}):
+                values.setdefault(json.dumps(r["settings"][name], sort_keys=True), r["settings"][name])
+        if len(values) > 1:
+            merged[name], varies = list(values.values()), [*varies, name]
     record = {
         "job": job,
         "command": run["command"],
-        "settings": merged_settings(earlier.get("settings", {}), now, adds),
+        "settings": merged,
+        "varies": varies,
         "versions": run["versions"],
         "checkpoints": {**earlier.get("checkpoints", {}), **report.checkpoints},
         "errors": errors,
-        "runs": [*earlier.get("runs", []), run],
+        "runs": runs,
     }
     atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 

@@ -46,13 +46,16 @@ def _folder(path: Path, files: dict[str, str]) -> Path:
         ({".headprobe.lock": "1", ".x.tmp-0123abcd": ""}, "nothing", None),
         ({"run.json": '{"job": "ruler eval"}', "m/x.parquet": ""}, "results", "ruler eval"),
         ({"config.json": "{}", "model.safetensors": ""}, "checkpoint", None),
-        ({"config.json": '{"model_type": "llama"}', "model.safetensors": ""}, "hf_model", None),
+        ({"config.json": '{"model_type": "llama"}', "model.safetensors": ""}, "hf_other", None),
+        ({"config.json": '{"model_type": "headshape", "headprobe": {}}', "model.safetensors": ""}, "hf_model", None),
+        ({"run.json": "{not json", "m/x.parquet": ""}, "results", None),
         ({"state.json": "{}", "dcp/0.distcp": ""}, "step", None),
         ({"metrics.jsonl": "", "final/config.json": "{}"}, "run", None),
         ({"manifest.json": '{"runs": []}'}, "grid", None),
         ({"manifest.json": '{"shards": []}'}, "data", None),
         ({"runs/manifest.json": '{"runs": []}', "tables/x": ""}, "results", "study"),
-        ({"retrieval_heads.png": "", "retrieval_heads.md": ""}, "figures", None),
+        ({"figures.json": "{}", "retrieval_heads.png": ""}, "figures", None),
+        ({"retrieval_heads.png": "", "holiday.png": ""}, "folder", None),
         ({"thesis.tex": "precious"}, "folder", None),
         ({"notes.txt": "x", "data/": ""}, "folder", None),
     ],
@@ -349,3 +352,87 @@ def test_explore_export_keeps_a_file_it_did_not_write(tiny, tmp_path):
     res = invoke(*args, "--export", page)  # its own page is made anew
     assert res.exit_code == 0, res.output
     assert invoke(*args, "--export", notes, "--overwrite").exit_code == 0 and "my notes" not in notes.read_text()
+
+
+def test_overwrite_never_reaches_into_a_checkpoint_a_run_or_results(trained, analyzed, tiny, tmp_path):
+    run = tmp_path / "RUN"
+    shutil.copytree(trained, run)
+    results = tmp_path / "R"
+    shutil.copytree(analyzed, results)
+    ckpt = tmp_path / "a"
+    shutil.copytree(tiny, ckpt)
+    before = {p: snapshot(p) for p in (run, results, ckpt)}
+    refused(invoke("report", results, "--out", ckpt / "model.safetensors", "--overwrite"),
+            f"is part of a headprobe checkpoint ({ckpt})")  # fmt: skip
+    refused(invoke("report", results, "--out", run / "metrics.jsonl", "--overwrite"), "is part of a training run")
+    refused(invoke("ruler", "generate", "--out", ckpt / "config.json", "--tasks", "niah_single_1", "--lengths", "600",
+                   "--samples", "1", "--overwrite"), "is part of a headprobe checkpoint")  # fmt: skip
+    refused(invoke("train", "export", run / "step_000003", run / "final", "--overwrite"),
+            f"is part of a training run ({run})")  # fmt: skip
+    assert {p: snapshot(p) for p in (run, results, ckpt)} == before
+    page = results / "tiny" / "report.html"  # a new page beside the results is fine
+    assert invoke("report", results, "--out", page).exit_code == 0 and page.is_file()
+
+
+def test_overwrite_keeps_what_a_user_added_to_a_checkpoint_and_never_takes_a_foreign_model(trained, tiny, tmp_path):
+    other = tiny_checkpoint(tmp_path / "other", seed=3)
+    (other / "NOTES.md").write_text("mine")
+    (other / "evals").mkdir()
+    before = snapshot(other)
+    refused(invoke("train", "export", trained / "step_000006", other, "--overwrite"),
+            "also holds NOTES.md, evals/, which replacing it would delete", "move them out")  # fmt: skip
+    assert snapshot(other) == before
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text('{"model_type": "llama"}')
+    (llama / "model-00001.safetensors").write_text("weights")
+    refused(
+        invoke("export", "hf", tiny, llama, "--overwrite"), "holds a Hugging Face model folder headprobe did not write"
+    )
+    assert (llama / "model-00001.safetensors").read_text() == "weights"
+
+
+def test_figures_never_replace_a_users_images_nor_another_results_figures(analyzed, tiny, tmp_path):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "model_layers.png").write_bytes(b"my picture")
+    (photos / "holiday.png").write_bytes(b"sea")
+    refused(invoke("figures", analyzed, "--out", photos), "holds a folder of other files")
+    assert (photos / "model_layers.png").read_bytes() == b"my picture"
+    figs = tmp_path / "figs"
+    assert invoke("figures", analyzed, "--out", figs).exit_code == 0
+    other = tmp_path / "other"
+    assert _analyze(tiny, other, "entropy", "128").exit_code == 0
+    before = snapshot(figs)
+    refused(invoke("figures", other, "--out", figs), f"holds the figures of {analyzed.resolve()}")
+    assert snapshot(figs) == before
+
+
+def test_results_never_go_inside_what_a_job_reads(analyzed, tiny, tmp_path):
+    from headprobe.runs import Silent, run_models
+
+    def job(path: Path, folder: Path, name: str) -> str:
+        raise AssertionError("no work may start")
+
+    for reads in ([analyzed], [analyzed / "tiny"]):  # ablate's --from, analyze's --haystack-file ...
+        with pytest.raises(OutputRefused, match=f"lies inside the input {analyzed}"):
+            run_models([tiny], analyzed / "tiny" / "sub", job, Silent(), ("ablate", {}), reads=reads)
+    assert not (analyzed / "tiny" / "sub").exists()
+
+
+def test_a_refused_study_leaves_nothing_and_a_record_lists_every_run(tmp_path):
+    out = tmp_path / "study"
+    refused(invoke("study", "--seeds", "-1", "--out", out, "--no-progress"), "seed")
+    assert not out.exists()
+
+
+def test_run_json_says_which_settings_its_runs_gave_other_values(tiny, tmp_path):
+    out = tmp_path / "out"
+    other = tiny_checkpoint(tmp_path / "b", seed=1, vocab_size=264, max_seq_len=1024)
+    assert _analyze(tiny, out, "entropy", "128").exit_code == 0
+    res = invoke("analyze", other, "--metrics", "entropy", "--lengths", "128", "--samples", "1", "--out", out,
+                 "--no-progress")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    record = json.loads((out / "run.json").read_text())
+    assert record["settings"]["samples"] == [2, 1] and record["varies"] == ["samples"]
+    assert [r["settings"]["samples"] for r in record["runs"]] == [2, 1]

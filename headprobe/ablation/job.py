@@ -315,4 +315,6 @@ def ablate(
     def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
         return ablate_checkpoint(path, name, folder, s, rankings[str(path)], device, progress, memory_limit)
 
-    return run_models(checkpoints, Path(out), job, progress, ("ablate", s.to_dict()), adds=ADDS)
+    return run_models(
+        checkpoints, Path(out), job, progress, ("ablate", s.to_dict()), adds=ADDS, reads=[s.from_results, s.needles]
+    )

@@ -385,4 +385,13 @@ def analyze(
         # (the bar of a run with a failure does not end full as if they had been done)
         return analyze_checkpoint(path, name, folder, settings, device, memory_limit, progress, ranks)
 
-    return run_models(checkpoints, out, job, progress, ("analyze", settings.to_dict()), ranks, adds=ADDS)
+    return run_models(
+        checkpoints,
+        out,
+        job,
+        progress,
+        ("analyze", settings.to_dict()),
+        ranks,
+        adds=ADDS,
+        reads=[*(settings.haystack or []), settings.needles],
+    )

@@ -23,7 +23,7 @@ from headprobe.core.paths import file_sha256
 from headprobe.export.hf import ORIGIN_KEY, export_hf
 from headprobe.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from headprobe.results import Column, Schema, TableMeta, table_path, write_table
-from headprobe.runs import Progress, Silent, checkpoint_name, mark_folder
+from headprobe.runs import Progress, Silent, checkpoint_name, held_folder
 from headprobe.study.settings import StudyError
 from headprobe.study.tables import WHO_COLUMNS
 
@@ -63,32 +63,36 @@ def export_runs(
         raise StudyError(f"the grid's manifest lists no finished run{' among ' + ', '.join(runs) if runs else ''}")
     if command is not None and (not command or not any(p in arg for arg in command for p in PLACEHOLDERS)):
         raise StudyError(f"the command {list(command)} never names the export: put {{path}} where its folder goes")
-    mark_folder(out, "study")  # a study's results folder, which the analyses scripts share
-    rows = []
-    progress.start(len(chosen), "export")
-    for run in chosen:
-        name = checkpoint_name(run["checkpoint"])
-        folder, source = out / "hf" / name, file_sha256(Path(run["checkpoint"]) / WEIGHTS_FILE)
-        if not _current(folder, source):
-            export_hf(run["checkpoint"], folder, overwrite=True)
-        exit_code = None
-        if command is not None:
-            external = out / "external" / name
-            external.mkdir(parents=True, exist_ok=True)
-            fill = {"{path}": str(folder), "{name}": name, "{out}": str(external)}
-            args = [_filled(arg, fill) for arg in command]
-            done = subprocess.run(args, capture_output=True, text=True)
-            atomic_write_text(external / "log.txt", f"$ {' '.join(args)}\n{done.stdout}{done.stderr}")
-            exit_code = done.returncode
-            if exit_code:
-                progress.log(f"{name}: the command exited with {exit_code} (see {external / 'log.txt'})")
-        rows.append({"model": name, "member": run["member"], "seed": run["seed"], "run": run["run"],
-                     "checkpoint": str(run["checkpoint"]), "path": str(folder), "exit_code": exit_code})  # fmt: skip
-        progress.advance()
-    table = pd.DataFrame(rows).astype({"exit_code": float})
-    meta = TableMeta(table=STUDY_EXPORTS.table, settings={"runs": list(runs or []), "command": list(command or [])})
-    write_table(table_path(out / "tables", STUDY_EXPORTS.table), table, meta, STUDY_EXPORTS)
+    with held_folder(out, "study"):  # a study's results folder, which the analyses scripts share
+        progress.start(len(chosen), "export")
+        rows = [_export_one(run, out, command, progress) for run in chosen]
+        table = pd.DataFrame(rows).astype({"exit_code": float})
+        meta = TableMeta(table=STUDY_EXPORTS.table, settings={"runs": list(runs or []), "command": list(command or [])})
+        write_table(table_path(out / "tables", STUDY_EXPORTS.table), table, meta, STUDY_EXPORTS)
     return table
+
+
+def _export_one(run: dict[str, Any], out: Path, command: Sequence[str] | None, progress: Progress) -> dict[str, Any]:
+    """Export one run of the grid into ``OUT/hf/<model>/`` (kept while its weights are unchanged) and hand it
+    to ``command``; its row of ``study_exports``."""
+    name = checkpoint_name(run["checkpoint"])
+    folder, source = out / "hf" / name, file_sha256(Path(run["checkpoint"]) / WEIGHTS_FILE)
+    if not _current(folder, source):
+        export_hf(run["checkpoint"], folder, overwrite=True)
+    exit_code = None
+    if command is not None:
+        external = out / "external" / name
+        external.mkdir(parents=True, exist_ok=True)
+        fill = {"{path}": str(folder), "{name}": name, "{out}": str(external)}
+        args = [_filled(arg, fill) for arg in command]
+        done = subprocess.run(args, capture_output=True, text=True)
+        atomic_write_text(external / "log.txt", f"$ {' '.join(args)}\n{done.stdout}{done.stderr}")
+        exit_code = done.returncode
+        if exit_code:
+            progress.log(f"{name}: the command exited with {exit_code} (see {external / 'log.txt'})")
+    progress.advance()
+    return {"model": name, "member": run["member"], "seed": run["seed"], "run": run["run"],
+            "checkpoint": str(run["checkpoint"]), "path": str(folder), "exit_code": exit_code}  # fmt: skip
 
 
 def _filled(arg: str, fill: dict[str, str]) -> str:

@@ -40,7 +40,7 @@ from headprobe.runs import (
     RunReport,
     Silent,
     checkpoint_name,
-    mark_folder,
+    held_folder,
     resume_key,
     table_meta,
 )
@@ -228,10 +228,23 @@ def measure(
     unknown = sorted(set(parts) - set(MEASUREMENTS))
     if unknown:
         raise StudyError(f"unknown measurements {unknown}; choose from {', '.join(MEASUREMENTS)}")
-    report = StudyReport(out)
     if not manifest.get("runs"):
         raise StudyError("the grid's manifest lists no finished run: train the grid first")
-    mark_folder(out, "study", record)
+    with held_folder(out, "study", {**(record or {}), "measured": list(parts)}):
+        return _measure(manifest, out, settings, parts, device, progress, record)
+
+
+def _measure(
+    manifest: dict[str, Any],
+    out: Path,
+    settings: StudySettings,
+    parts: Sequence[str],
+    device: str,
+    progress: Progress,
+    record: dict[str, Any] | None,
+) -> StudyReport:
+    """:func:`measure`'s work, once the folder is held."""
+    report = StudyReport(out)
     runs = _runs(manifest)
     errors = report.errors
     tables = {STUDY_RUNS.table: runs[[*WHO, "stage", "freeze", "steps", "tokens", "final_loss"]]}
@@ -280,8 +293,8 @@ def run_study(
     then :func:`measure` every finished run."""
     out, settings = Path(out), settings or StudySettings()
     settings.validate()
-    mark_folder(out, "study", record)  # before training: no other command's folder, known as a study at once
-    manifest = train_grid(out / "runs")
+    with held_folder(out, "study"):  # before training: no other command's folder, known as a study at once
+        manifest = train_grid(out / "runs")
     if manifest.get("interrupted") or not manifest["runs"]:
         return StudyReport(out, interrupted=bool(manifest.get("interrupted")))
     return measure(manifest, out, settings, device=device, progress=progress, record=record)

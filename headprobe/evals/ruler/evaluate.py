@@ -320,4 +320,5 @@ def evaluate_many(
         return evaluate(path, folder, settings, name=name, ranks=ranks, **kwargs)
 
     progress = kwargs.get("progress") or Silent()
-    return run_models(checkpoints, Path(out), job, progress, ("ruler eval", settings.to_dict()), ranks)
+    reads = [settings.data, *(settings.haystack_files or []), *(settings.qa_files or [])]
+    return run_models(checkpoints, Path(out), job, progress, ("ruler eval", settings.to_dict()), ranks, reads=reads)

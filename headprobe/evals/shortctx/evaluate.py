@@ -174,4 +174,6 @@ def evaluate_many(
         return evaluate(path, folder, settings, name=name, **kwargs)
 
     progress = kwargs.get("progress") or Silent()
-    return run_models(checkpoints, Path(out), job, progress, ("shortctx eval", settings.to_dict()), adds=ADDS)
+    return run_models(
+        checkpoints, Path(out), job, progress, ("shortctx eval", settings.to_dict()), adds=ADDS, reads=[settings.file]
+    )
