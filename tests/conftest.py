@@ -5,6 +5,7 @@ References live in reference.py, small models and tokenizers in headprobe.testin
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
@@ -19,6 +20,16 @@ if not torch.cuda.is_available():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _signals_kept():
+    """No test leaves this process's Ctrl-C and SIGTERM handling changed: an ignored signal is inherited by
+    every command a later test starts, which would then never stop (tests/test_interrupts.py)."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    after = {sig: signal.getsignal(sig) for sig in before}
+    assert after == before, f"the test changed this process's signal handling: {before} -> {after}"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -42,17 +42,20 @@ app(prog_name="headprobe", args=sys.argv[1:])
 """
 
 
-def _default_sigint() -> None:
+def _default_signals() -> None:
     """Children of a background job inherit SIGINT ignored (POSIX), and Python then keeps ignoring it, as a
-    command should; the tests send Ctrl-C as a terminal would."""
+    command should; a runner started under ``nohup`` or by a CI agent that ignores SIGTERM hands that on too
+    (the command keeps it ignored: it is not ours to handle). The tests send Ctrl-C and SIGTERM as a terminal
+    and a scheduler would."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def start(args: list[str], slow_decoding: bool = False) -> subprocess.Popen:
     program = ["-c", SLOW_DECODING] if slow_decoding else ["-m", "headprobe"]
     return subprocess.Popen(
         [sys.executable, *program, *args],
-        preexec_fn=_default_sigint,
+        preexec_fn=_default_signals,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -162,7 +165,11 @@ def test_a_process_that_does_not_unwind_is_ended_after_the_grace_period_with_its
 
     out = tmp_path / "r"
     proc = subprocess.Popen(
-        [sys.executable, "-c", STUCK, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", STUCK, str(out)],
+        preexec_fn=_default_signals,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout.readline().strip() == "holding" and out.is_dir()
     took, err = stop(proc, signal.SIGTERM)
@@ -270,7 +277,7 @@ def signalled(where: str, *args: str | Path, cwd: Path | None = None) -> subproc
     """``headprobe ARGS`` stopped by the signals ``where`` (see :data:`SIGNAL_AT`) sends it."""
     env = os.environ | {"OMP_NUM_THREADS": "1", "HEADPROBE_PROGRESS_EVERY": "0"}
     return subprocess.run([sys.executable, "-c", SIGNAL_AT, where, *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)  # fmt: skip
+                          env=env, cwd=cwd, timeout=300, preexec_fn=_default_signals)  # fmt: skip
 
 
 def ended_interrupted(done: subprocess.CompletedProcess, last: str) -> None:
@@ -431,7 +438,7 @@ with interrupt_flag() as stop:  # the trainer's handler: the first Ctrl-C asks t
 def test_a_second_ctrl_c_ends_a_step_stuck_in_native_code():
     """The watchdog waited on signals the trainer handles; a second Ctrl-C during a step that never returns to
     Python (a huge backward pass, a compile) held the process until the step ended. It now ends it."""
-    proc = subprocess.Popen([sys.executable, "-c", TRAINING_STUCK], preexec_fn=_default_sigint, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", TRAINING_STUCK], preexec_fn=_default_signals, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stdout.readline().strip() == "training"
     proc.send_signal(signal.SIGINT)  # the trainer's: finish the step
