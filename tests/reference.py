@@ -129,6 +129,8 @@ def dense_forward(model, ids: Tensor) -> Tensor:
         q = (h @ w[p + "attn.q_proj.weight"].T).view(b, n, att.n_heads, att.qk_head_dim)
         k = (h @ w[p + "attn.k_proj.weight"].T).view(b, n, att.kv_heads, att.qk_head_dim)
         v = (h @ w[p + "attn.v_proj.weight"].T).view(b, n, att.kv_heads, att.v_head_dim)
+        if att.qk_norm:  # each head over its own dims, before RoPE
+            q, k = rms(q, w[p + "attn.q_norm.weight"]), rms(k, w[p + "attn.k_norm.weight"])
         if att.rope_dim:
             q = complex_rope(q, pos, att.rope_dim, att.rope_theta)
             k = complex_rope(k, pos, att.rope_dim, att.rope_theta)

@@ -47,6 +47,17 @@ SHAPES = {
         ),
         30,
     ),
+    # QK-norm in both layer types (the gains drawn away from 1: a missing or misnamed gain shows)
+    "tiny-qknorm": (
+        tiny_config(
+            vocab_size=264,
+            swa=AttentionConfig(
+                n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=5, qk_norm=True
+            ),
+            full=AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, rope_dim=8, qk_norm=True),
+        ),
+        40,
+    ),
 }  # fmt: skip
 
 
@@ -55,6 +66,9 @@ def exported(tmp_path_factory, name: str) -> tuple[Transformer, Path]:
     root = tmp_path_factory.mktemp(name)
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
+    with torch.no_grad():
+        for param in (p for n, p in model.named_parameters() if n.endswith("_norm.weight")):
+            param.uniform_(0.5, 2.0)
     save_checkpoint(model, root / "ckpt")
     return model, export_hf(root / "ckpt", root / "hf")
 
@@ -85,7 +99,7 @@ def test_exported_logits_equal_ours_within_1e_5_in_float32_and_1e_10_in_float64(
         assert (theirs64 - ours64).abs().max().item() < 1e-10
 
 
-@pytest.mark.parametrize("name", ["tiny-gqa", "toy-k64v16", "tiny-untied"])
+@pytest.mark.parametrize("name", ["tiny-gqa", "toy-k64v16", "tiny-untied", "tiny-qknorm"])
 def test_greedy_generation_with_the_transformers_cache_equals_ours(tmp_path_factory, name):
     """Past the sliding window (transformers keeps a sliding layer's cache at its window), one prompt and
     a left-padded batch of two prompts of different lengths."""

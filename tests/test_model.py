@@ -23,11 +23,21 @@ from headprobe.testing import tiny_config
         {"tie_embeddings": False},
         {"full": AttentionConfig(n_heads=4, qk_head_dim=4, v_head_dim=16, n_kv_heads=1, rope_dim=0)},
         {"full_every": 1, "full": AttentionConfig(n_heads=2, qk_head_dim=8, v_head_dim=8, rope_dim=8)},
+        {"full": AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, rope_dim=8, qk_norm=True)},
+        {
+            "swa": AttentionConfig(
+                n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=5, qk_norm=True
+            )
+        },
     ],
 )
 @pytest.mark.parametrize("backend", ["sdpa", "reference"])
 def test_forward_matches_dense_reference(overrides, backend):
     model = Transformer(tiny_config(**overrides)).double()
+    with torch.no_grad():  # gains other than 1, so that a norm applied without its weight would differ
+        for name, param in model.named_parameters():
+            if name.endswith("_norm.weight"):
+                param.uniform_(0.5, 2.0)
     model.set_attention_backend(backend)
     ids = torch.randint(0, 40, (2, 23))
     torch.testing.assert_close(model(ids), dense_forward(model, ids), atol=1e-10, rtol=0)
@@ -283,3 +293,34 @@ def test_a_batch_without_counted_targets_has_a_zero_loss_that_backpropagates():
     sums.loss.backward()
     assert sums.loss.item() == 0.0 and int(sums.correct) == 0
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+
+
+def test_qk_norm_bounds_every_attention_logit_however_large_the_projections():
+    """With qk_norm each head's query and key have RMS 1 times their gains, so |q.k| / sqrt(d) <= sqrt(d) for
+    unit gains (Cauchy-Schwarz on vectors of norm sqrt(d)), even with projections scaled up 1,000 times."""
+    cfg = tiny_config(full=AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, rope_dim=8, qk_norm=True))
+    model = Transformer(cfg).double()
+    assert [n for n, _ in model.named_parameters() if "_norm" in n] == [
+        "blocks.3.attn.q_norm.weight", "blocks.3.attn.k_norm.weight"
+    ]  # fmt: skip
+    assert all(float(p.min()) == float(p.max()) == 1.0 for n, p in model.named_parameters() if "_norm" in n)
+    with torch.no_grad():
+        model.blocks[3].attn.q_proj.weight.mul_(1000.0)
+        model.blocks[3].attn.k_proj.weight.mul_(1000.0)
+    _, cache = model.run_with_cache(torch.randint(0, 40, (1, 30)))
+    q, k = cache["blocks.3.attn.hook_rot_q"], cache["blocks.3.attn.hook_rot_k"]  # [batch, pos, heads, dim]
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) * 16**-0.5
+    assert float(logits.abs().max()) <= 16**0.5 + 1e-9
+    assert float(logits.abs().max()) > 1.0  # not trivially small: the bound is what holds them
+
+
+def test_a_config_without_qk_norm_reads_as_before_and_a_bad_value_is_named():
+    from headprobe.model.config import ConfigError, ModelConfig
+
+    data = tiny_config().to_dict()
+    for block in ("swa", "full"):
+        data[block].pop("qk_norm")  # a config.json written before the option
+    assert ModelConfig.from_dict(data) == tiny_config()
+    data["full"]["qk_norm"] = "yes"
+    with pytest.raises(ConfigError, match=r"full.qk_norm must be true or false, got 'yes'"):
+        ModelConfig.from_dict(data)

@@ -162,6 +162,21 @@ def test_cpt_with_frozen_attention(tmp_path, model_config):
     assert cfg["full"]["rope_theta"] == 2000.0 and cfg["max_seq_len"] == 128
 
 
+def test_qk_norm_trains_a_pt_model_with_it_and_frozen_cpt_keeps_its_gains(tmp_path, model_config):
+    train(quick(tmp_path / "pt", model_config, steps=3, qk_norm=True))
+    cfg = json.loads((tmp_path / "pt" / "final" / "config.json").read_text())
+    assert cfg["swa"]["qk_norm"] is True and cfg["full"]["qk_norm"] is True
+    before = load_file(str(tmp_path / "pt" / "final" / "model.safetensors"))
+    gains = [k for k in before if k.endswith(("q_norm.weight", "k_norm.weight"))]
+    assert len(gains) == 2 * 4 and any(not torch.equal(before[k], torch.ones_like(before[k])) for k in gains)
+    cpt = dict(stage="cpt", init=str(tmp_path / "pt" / "final"), steps=2, batch_size=2, seq_len=64, progress=False)
+    train(TrainConfig(**cpt, out=str(tmp_path / "cpt"), freeze="attention"))
+    after = load_file(str(tmp_path / "cpt" / "final" / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in gains)  # frozen attention: its gains too
+    with pytest.raises(TrainError, match="`qk_norm` is a pt setting"):
+        train(TrainConfig(**cpt, out=str(tmp_path / "cpt2"), qk_norm=True))
+
+
 def test_cpt_freezing_only_full_layers(tmp_path, model_config):
     train(quick(tmp_path / "pt", model_config, steps=2))
     train(

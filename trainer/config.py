@@ -70,6 +70,9 @@ class TrainConfig:
     stage: Stage = setting(Stage.PT, help="pt (from scratch), cpt (continue at a longer seq_len) or sft")
     preset: str | None = setting(None, help="model preset for pt, e.g. toy-d32")
     config: str | None = setting(None, help="model config.json for pt")
+    qk_norm: bool = setting(
+        False, help="pt: RMS-normalise each query and key head in every layer (QK-norm) on the preset or config"
+    )
     init: str | None = setting(None, help="our checkpoint to start cpt/sft from (not a .gguf file)")
     out: str = setting("runs/default", help="run folder")
     data: str | None = setting(None, help="data folder (pt/cpt) or JSONL (sft); default: the built-in corpus/set")

@@ -29,9 +29,14 @@ def _new_model_config(cfg: TrainConfig) -> ModelConfig:
     a :class:`TrainError` that names the option."""
     option = "preset" if cfg.preset else "config"
     try:
-        return preset(cfg.preset) if cfg.preset else ModelConfig.load(cfg.config)  # type: ignore[arg-type]
+        model = preset(cfg.preset) if cfg.preset else ModelConfig.load(cfg.config)  # type: ignore[arg-type]
     except (ConfigError, FileNotFoundError) as err:
         raise TrainError(f"`{option}`: {err}") from None
+    if not cfg.qk_norm:
+        return model
+    return model.replace(
+        swa=dataclasses.replace(model.swa, qk_norm=True), full=dataclasses.replace(model.full, qk_norm=True)
+    )
 
 
 def _load_init(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokenizer | None]:
@@ -61,6 +66,8 @@ def model_and_tokenizer(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | 
         return Transformer(model_cfg), None
     if not cfg.init:
         raise TrainError(f"`stage` {cfg.stage} continues a model: give `init` CHECKPOINT")
+    if cfg.qk_norm:
+        raise TrainError(f"`qk_norm` is a pt setting: `stage` {cfg.stage} keeps the model of `init` as it is")
     if cfg.preset or cfg.config:
         raise TrainError(f"`stage` {cfg.stage} takes the model from `init`; drop `preset`/`config`")
     model, tokenizer = _load_init(cfg)
@@ -80,13 +87,15 @@ def model_and_tokenizer(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | 
 
 
 def apply_freeze(model: Transformer, freeze: Freeze | None) -> list[str]:
-    """Freeze q, k, v, o projections of the chosen layer types; returns the frozen parameter names."""
+    """Freeze the attention of the chosen layer types: its q, k, v, o projections and, with QK-norm, the query
+    and key gains (they scale the same logits); returns the frozen parameter names."""
     if freeze is None:
         return []
     frozen = []
     for layer, block in enumerate(model.blocks):
         if block.attn.layer_type in Freeze(freeze).layer_types:
-            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            norms = ("q_norm", "k_norm") if block.attn.cfg.qk_norm else ()
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj", *norms):
                 param = getattr(block.attn, name).weight
                 param.requires_grad_(False)
                 frozen.append(f"blocks.{layer}.attn.{name}.weight")

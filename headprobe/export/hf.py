@@ -66,6 +66,8 @@ def hf_names(cfg: ModelConfig) -> dict[str, str]:
         names[f"{ours}ln1.weight"] = f"{theirs}input_layernorm.weight"
         names[f"{ours}ln2.weight"] = f"{theirs}post_attention_layernorm.weight"
         names.update({f"{ours}attn.{p}_proj.weight": f"{theirs}self_attn.{p}_proj.weight" for p in "qkvo"})
+        if cfg.attention(i).qk_norm:
+            names.update({f"{ours}attn.{p}_norm.weight": f"{theirs}self_attn.{p}_norm.weight" for p in "qk"})
         names.update({f"{ours}mlp.{p}_proj.weight": f"{theirs}mlp.{p}_proj.weight" for p in ("gate", "up", "down")})
     return names
 
@@ -77,7 +79,7 @@ def hf_config(cfg: ModelConfig, tokenizer: ByteTokenizer | HFTokenizer) -> dict[
         att = getattr(cfg, kind)
         return {"num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads,
                 "qk_head_dim": att.qk_head_dim, "v_head_dim": att.v_head_dim, "rope_dim": att.rope_dim,
-                "rope_theta": float(att.rope_theta)}  # fmt: skip
+                "rope_theta": float(att.rope_theta), "qk_norm": att.qk_norm}  # fmt: skip
 
     return {
         "vocab_size": cfg.vocab_size,

@@ -101,7 +101,9 @@ def budget(cfg: ModelConfig, seq_len: int | None = None, bytes_per_value: int = 
     attn_swa = n_swa * attention_params(cfg.swa, d)
     attn_full = n_full * attention_params(cfg.full, d)
     mlp = cfg.n_layers * 3 * d * cfg.d_ff
-    norms = (2 * cfg.n_layers + 1) * d
+    norms = (2 * cfg.n_layers + 1) * d + sum(
+        2 * cfg.attention(i).qk_head_dim for i in range(cfg.n_layers) if cfg.attention(i).qk_norm
+    )
     embedding = cfg.vocab_size * d
     lm_head = 0 if cfg.tie_embeddings else cfg.vocab_size * d
     params = embedding + lm_head + attn_swa + attn_full + mlp + norms

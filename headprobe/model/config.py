@@ -60,6 +60,10 @@ class AttentionConfig:
         rope_theta: RoPE base.
         window: number of keys a query sees *including its own position* (query ``i`` sees keys
             ``i-window+1 .. i``); ``None`` = full causal attention.
+        qk_norm: RMS-normalise each query and key head over its ``qk_head_dim`` dims (a learned gain per
+            dim, shared by the heads) before RoPE, as OLMo 2, Qwen 3 and Gemma 3 do: a logit
+            ``q.k / sqrt(d)`` is then at most ``sqrt(d)`` times the gains' product, however large the
+            projections grow.
     """
 
     n_heads: int
@@ -69,6 +73,7 @@ class AttentionConfig:
     rope_dim: int = 0
     rope_theta: float = 10_000.0
     window: int | None = None
+    qk_norm: bool = False
 
     @property
     def kv_heads(self) -> int:
@@ -110,6 +115,8 @@ class AttentionConfig:
             )
         if self.rope_dim and self.rope_theta <= 0:
             raise ConfigError(f"{where}.rope_theta must be positive, got {self.rope_theta}")
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError(f"{where}.qk_norm must be true or false, got {self.qk_norm!r}")
         if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
             raise ConfigError(
                 f"{where}.window={self.window!r} must be an integer >= 1 (keys seen including the "

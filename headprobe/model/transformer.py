@@ -7,8 +7,9 @@
     logits = lm_head(ln_final x)                     ln_final.hook_normalized
 
 Attention hooks (``blocks.{l}.attn.``) use TransformerLens' layout ``[batch, pos, heads, dim]``:
-``hook_q``/``hook_k`` (``qk_head_dim``), ``hook_v`` (``v_head_dim``), ``hook_rot_q``/``hook_rot_k``
-(after RoPE) and ``hook_z`` (per-head output before the o projection). There is **no**
+``hook_q``/``hook_k`` (``qk_head_dim``; with ``qk_norm``, after each head is RMS-normalised:
+``q = q_norm(q(ln1 x))``), ``hook_v`` (``v_head_dim``), ``hook_rot_q``/``hook_rot_k`` (after RoPE) and
+``hook_z`` (per-head output before the o projection). There is **no**
 ``hook_pattern``: no dense attention pattern is ever computed, at any length. Instead every
 attention layer passes its post-RoPE queries and keys, with its window and scale, through the model's
 :class:`~headprobe.model.seam.Seam` (:meth:`Transformer.hook`), where streaming analyses compute exact
@@ -65,7 +66,9 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     """Multi-head (grouped-query) causal attention with its own query/key and value widths."""
 
-    def __init__(self, layer: int, layer_type: LayerType, att: AttentionConfig, d_model: int, seam: Seam) -> None:
+    def __init__(
+        self, layer: int, layer_type: LayerType, att: AttentionConfig, d_model: int, seam: Seam, eps: float = 1e-6
+    ) -> None:
         super().__init__()
         self.layer, self.layer_type, self.cfg, self.seam = layer, layer_type, att, seam
         h, hkv = att.n_heads, att.kv_heads
@@ -73,6 +76,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_model, hkv * att.qk_head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, hkv * att.v_head_dim, bias=False)
         self.o_proj = nn.Linear(h * att.v_head_dim, d_model, bias=False)
+        if att.qk_norm:  # over each head's qk_head_dim dims, one gain per dim shared by the heads
+            self.q_norm, self.k_norm = RMSNorm(att.qk_head_dim, eps), RMSNorm(att.qk_head_dim, eps)
         self.rotary = Rotary(att.rope_dim, att.rope_theta)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_rot_q, self.hook_rot_k = HookPoint(), HookPoint()
@@ -82,8 +87,11 @@ class Attention(nn.Module):
         """``x: [batch, seq, d_model]`` at absolute positions ``position ..`` -> ``[batch, seq, d_model]``."""
         att = self.cfg
         b, n, _ = x.shape
-        q = self.hook_q(self.q_proj(x).view(b, n, att.n_heads, att.qk_head_dim))
-        k = self.hook_k(self.k_proj(x).view(b, n, att.kv_heads, att.qk_head_dim))
+        q = self.q_proj(x).view(b, n, att.n_heads, att.qk_head_dim)
+        k = self.k_proj(x).view(b, n, att.kv_heads, att.qk_head_dim)
+        if att.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.hook_q(q), self.hook_k(k)  # as attention uses them (normalised with qk_norm), before RoPE
         v = self.hook_v(self.v_proj(x).view(b, n, att.kv_heads, att.v_head_dim))
         pad = None if cache is None else cache.pad  # left padding of a batched decode (headprobe.model.kv_cache)
         offset = position if pad is None else position - pad  # each row's own positions
@@ -127,7 +135,7 @@ class Block(nn.Module):
     def __init__(self, layer: int, cfg: ModelConfig, seam: Seam) -> None:
         super().__init__()
         self.ln1 = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(layer, cfg.layer_type(layer), cfg.attention(layer), cfg.d_model, seam)
+        self.attn = Attention(layer, cfg.layer_type(layer), cfg.attention(layer), cfg.d_model, seam, cfg.norm_eps)
         self.ln2 = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
         self.hook_resid_pre, self.hook_resid_mid, self.hook_resid_post = HookPoint(), HookPoint(), HookPoint()
@@ -162,10 +170,12 @@ class Transformer(HookedRootModule):
         self.setup()
 
     def reset_parameters(self) -> None:
-        """Normal(0, init_std) weights; residual-output projections scaled by ``1/sqrt(2*n_layers)``."""
+        """Normal(0, init_std) weights; residual-output projections scaled by ``1/sqrt(2*n_layers)``; norm gains 1."""
         std = self.cfg.init_std
         for name, p in self.named_parameters():
-            if name.endswith("ln1.weight") or name.endswith("ln2.weight") or name.startswith("ln_final"):
+            if name.endswith(("ln1.weight", "ln2.weight", "q_norm.weight", "k_norm.weight")) or name.startswith(
+                "ln_final"
+            ):
                 nn.init.ones_(p)
             elif name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
                 nn.init.normal_(p, std=std / math.sqrt(2 * self.cfg.n_layers))

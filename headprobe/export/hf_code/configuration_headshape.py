@@ -11,7 +11,9 @@ gives that type's
 * ``qk_head_dim`` (the width of each query/key head: the dot-product dimension) and ``v_head_dim`` (the
   width of each value head; the output projection reads ``num_attention_heads * v_head_dim``),
 * ``rope_dim`` (how many of the ``qk_head_dim`` dims RoPE rotates, as two halves, NeoX style; the rest
-  pass through) and ``rope_theta``.
+  pass through) and ``rope_theta``,
+* ``qk_norm`` (optional, default false: each query and key head RMS-normalised over its ``qk_head_dim``
+  dims, with one learned gain per dim, before RoPE; weights ``self_attn.q_norm`` / ``k_norm``).
 
 Sliding-window layers see ``sliding_window`` keys including the query's own (query ``i`` sees keys
 ``i - sliding_window + 1 .. i``, transformers' convention too). The softmax scale is

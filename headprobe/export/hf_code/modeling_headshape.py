@@ -134,6 +134,10 @@ class HeadShapeAttention(nn.Module):
         self.k_proj = nn.Linear(d, self.num_key_value_heads * self.qk_head_dim, bias=False)
         self.v_proj = nn.Linear(d, self.num_key_value_heads * self.v_head_dim, bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.v_head_dim, d, bias=False)
+        self.qk_norm = bool(shape.get("qk_norm", False))
+        if self.qk_norm:  # each head over its qk_head_dim dims, before RoPE
+            self.q_norm = HeadShapeRMSNorm(self.qk_head_dim, config.rms_norm_eps)
+            self.k_norm = HeadShapeRMSNorm(self.qk_head_dim, config.rms_norm_eps)
 
     def forward(
         self, hidden_states: Tensor, rope: tuple[Tensor, Tensor] | None, attention_mask: Tensor | None,
@@ -143,6 +147,8 @@ class HeadShapeAttention(nn.Module):
         q = self.q_proj(hidden_states).view(b, n, self.num_heads, self.qk_head_dim).transpose(1, 2)
         k = self.k_proj(hidden_states).view(b, n, self.num_key_value_heads, self.qk_head_dim).transpose(1, 2)
         v = self.v_proj(hidden_states).view(b, n, self.num_key_value_heads, self.v_head_dim).transpose(1, 2)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, rope), apply_rotary(k, rope)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
