@@ -27,6 +27,7 @@ from figures import (
     ruler_table,
     short_context,
     token_reordering,
+    verdicts,
 )
 from figures.draw import DrawReport, asked_not_drawn, draw, nothing_drawn
 from figures.spec import Spec
@@ -46,6 +47,7 @@ STUDY_SPECS: tuple[Spec, ...] = tuple(
         token_reordering,
         effective_rank,
         short_context,
+        verdicts,
     )
 )
 """The study's figures and tables: a ``headprobe study`` folder's members, seeds and runs."""

@@ -15,7 +15,7 @@ def build(results: Results) -> Table:
     overall = scores[scores.scope == "overall"]
     if tasks.empty:
         raise MissingInput("the ruler_scores tables hold no per-task rows")
-    cells = spread(tasks, ["member", "run"], ["task"], "score", digits=1)
+    cells = spread(tasks, ["member", "run"], ["task"], "score", digits=1, sd=True)
     if not overall.empty:
         total = mean_sd(overall, ["member", "run"], "score").rename(columns={"cell": "overall"})
         cells = cells.merge(total, on=["member", "run"], how="left")

@@ -10,7 +10,7 @@ from headprobe.study.tables import seed_stats, spread
 
 def build(results: Results) -> Table:
     frame = results.table("study_shortctx")
-    cells = spread(frame, ["member", "run"], ["task", "metric"], "value", scale=100.0, digits=1)
+    cells = spread(frame, ["member", "run"], ["task", "metric"], "value", scale=100.0, digits=1, sd=True)
     cells = ordered(cells)
     values = seed_stats(frame, ["member", "run", "task", "metric"], "value")
     notes = (

@@ -4,14 +4,17 @@ Every table is read as :func:`headprobe.results.collect` reads it (recursively: 
 eval`` or ``shortctx eval`` output or a whole study folder), so nothing here knows where a file sits:
 
 * ``retrieval``: the top heads of each checkpoint by retrieval score (mean over lengths; both forms: Wu et al.'s
-  code's copies / span, which counts repeated copies, and their paper's set form, 0-1), and per checkpoint
-  the heads above the retrieval-head threshold per layer type;
+  code's copies / span, which counts repeated copies, and their paper's set form, 0-1; beside them the
+  teacher-forced score, 0-1, and the forced mass), and per checkpoint the heads above the retrieval-head
+  threshold per layer type, Wu's and teacher-forced (with the mean forced mass);
 * ``entropy``, ``reordering``: per-layer-type means, one row per checkpoint;
 * ``erank``: mean effective rank per layer type, one row per checkpoint;
 * ``ruler``: the RULER-style score per length and overall, one row per checkpoint;
 * ``shortctx``: short-context accuracy (acc, acc_norm) per task, one row per checkpoint;
 * ``ablation``: needle accuracy per condition (baseline, top / random / named heads ablated), one row per
-  checkpoint x task x length; random sets as their mean with the range over seeds.
+  checkpoint x task x length; random sets as their mean with the range over seeds;
+* ``verdicts``: a study's verdict on each of its findings (``study_verdicts``, written by ``headprobe study``:
+  :mod:`headprobe.study.verdicts`), our value with its 95% interval, the published value, the verdict and why.
 
 Rows are keyed by what made them (:func:`headprobe.results.collect`): a table without a ``model`` column
 (the ``retrieval`` tables ``analyze`` wrote before every table got one) takes the model its metadata names,
@@ -27,14 +30,22 @@ from pathlib import Path
 import pandas as pd
 
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
-from headprobe.results import ResultsError, collect
+from headprobe.results import ResultsError, collect, read_tables
+from headprobe.verdict_table import verdict_cells
 
-SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation")
-SCORE_COLUMNS = {"value": "copies/span", "set_value": "set (0-1)"}  # the retrieval table's two forms, as shown
+SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation", "verdicts")
+SCORE_COLUMNS = {  # the retrieval table's scores, as shown
+    "value": "copies/span",
+    "set_value": "set (0-1)",
+    "forced_value": "forced (0-1)",
+    "forced_mass": "forced mass",
+}
 SCORE_NOTE = (
     "means over lengths of Wu et al.'s retrieval score in two forms: copies/span, as their code counts (needle-token "
     "copies / answer-span length, a repeated copy counted again, so it can pass 1); set (0-1), as their paper "
-    "defines it (each needle token once). Retrieval heads: copies/span >= 0.1"
+    "defines it (each needle token once). Retrieval heads: copies/span >= 0.1. forced (0-1): the same copies with "
+    "the needle's answer teacher-forced, over every sample, so a model that answers no needle has it too; needle "
+    "mass: the attention on the answer span at those answer steps (0-1). Ranked by copies/span, then forced"
 )
 
 
@@ -106,43 +117,68 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                     "; ".join([note, *baseline_caveats(frame)]),
                 )
             )
+    if "verdicts" in wanted:
+        out += verdict_tables(folder)
     if not out:
         raise ResultsError(
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
-            "erank, ruler_scores, shortctx_scores and ablation Parquet files below it); run `headprobe analyze`, "
-            "`headprobe ruler eval`, `headprobe shortctx eval` or `headprobe ablate` first"
+            "erank, ruler_scores, shortctx_scores, ablation and study_verdicts Parquet files below it); run "
+            "`headprobe analyze`, `headprobe ruler eval`, `headprobe shortctx eval`, `headprobe ablate` or "
+            "`headprobe study` first"
         )
     return out
 
 
 def _retrieval_tables(folder: Path, top: int) -> list[ShownTable]:
-    """The top heads per checkpoint and the retrieval-head counts per layer type (none without a table)."""
+    """The top heads per checkpoint and the retrieval-head counts per layer type, Wu's and teacher-forced (none
+    without a table)."""
     out: list[ShownTable] = []
     frame = collect(folder, "retrieval", recursive=True)
-    if not frame.empty:
-        forms = [c for c in ("value", "set_value") if c in frame.columns]  # set_value: written since revision 5
-        heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)[forms].mean()
-        best = (
-            heads[heads["value"] > 0]
-            .sort_values(["model", "value"], ascending=[True, False])
-            .groupby("model")
-            .head(top)
-            .set_index(["model", "layer", "head"])
-            .rename(columns=SCORE_COLUMNS)
+    if frame.empty:
+        return out
+    forms = [c for c in SCORE_COLUMNS if c in frame.columns]  # set_value: since revision 5; forced, mass: 6
+    heads = frame.groupby(["model", "layer", "head", "layer_type"], as_index=False)[forms].mean()
+    ranked = [c for c in ("value", "forced_value") if c in forms]
+    best = (
+        heads[(heads[ranked] > 0).any(axis=1)]
+        .sort_values(["model", *ranked], ascending=[True] + [False] * len(ranked), na_position="last")
+        .groupby("model")
+        .head(top)
+        .set_index(["model", "layer", "head"])
+        .rename(columns=SCORE_COLUMNS)
+    )
+    out.append(ShownTable(f"retrieval: top {top} heads per checkpoint", best, SCORE_NOTE))
+    counted = heads.assign(retrieval_head=heads["value"] >= RETRIEVAL_THRESHOLD)  # the study's rule, as analyze
+    counts = counted.groupby(["model", "layer_type"]).apply(
+        lambda g: f"{int(g['retrieval_head'].sum())} of {len(g)}", include_groups=False
+    )
+    out.append(
+        ShownTable(
+            f"retrieval heads (copies/span >= {RETRIEVAL_THRESHOLD}) per layer type",
+            counts.unstack("layer_type"),
+            "heads that never answered a needle have no score and do not count",
         )
-        out.append(ShownTable(f"retrieval: top {top} heads per checkpoint", best, SCORE_NOTE))
-        counted = heads.assign(retrieval_head=heads["value"] >= RETRIEVAL_THRESHOLD)  # the study's rule, as analyze
-        counts = counted.groupby(["model", "layer_type"]).apply(
-            lambda g: f"{int(g['retrieval_head'].sum())} of {len(g)}", include_groups=False
-        )
-        out.append(
-            ShownTable(
-                f"retrieval heads (copies/span >= {RETRIEVAL_THRESHOLD}) per layer type",
-                counts.unstack("layer_type"),
-                "heads that never answered a needle have no score and do not count",
-            )
-        )
+    )
+    if "forced_value" in forms and "forced_mass" in forms:
+        out.append(_forced_counts(heads))
     return out
+
+
+def _forced_counts(heads: pd.DataFrame) -> ShownTable:
+    """Per checkpoint and layer type, the heads whose teacher-forced score is at least the threshold, of all,
+    and their mean forced mass (``heads``: one row per head, its scores' means over lengths)."""
+    cells = heads.groupby(["model", "layer_type"]).apply(
+        lambda g: (
+            f"{int((g['forced_value'] >= RETRIEVAL_THRESHOLD).sum())} of {len(g)}, mass {g['forced_mass'].mean():.3f}"
+        ),
+        include_groups=False,
+    )
+    return ShownTable(
+        f"teacher-forced retrieval heads (forced >= {RETRIEVAL_THRESHOLD}) and forced mass per layer type",
+        cells.unstack("layer_type"),
+        "the needle's answer forced after the prompt: every sample counts, so every checkpoint has these; needle "
+        "mass: mean over the layer type's heads of the attention on the answer span at the answer steps (0-1)",
+    )
 
 
 def ablation_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -188,4 +224,28 @@ def baseline_caveats(frame: pd.DataFrame) -> list[str]:
             f"{model}: baseline accuracy 0 at {where}: unablated it never finds the needle there, so ablating heads "
             "can show nothing; choose lengths and needles it answers (analyze's retrieval_samples show which)"
         )
+    return out
+
+
+VERDICT_NOTE = (
+    "ours: the statistic from the seed means, [its 95% bootstrap interval over seeds]; published: the study's "
+    "own value where it gives one; holds / opposite / inconclusive as docs/study.md (Verdicts) defines them"
+)
+
+
+def verdict_tables(folder: Path) -> list[ShownTable]:
+    """Each ``study_verdicts`` table below ``folder``, one row per finding; for a study folder without one (a
+    study measured before headprobe wrote verdicts), a line saying how to get it."""
+    found = read_tables(folder, "study_verdicts", recursive=True)
+    out = []
+    for table in found:
+        shown = verdict_cells(table.frame).set_index("#")
+        where = f" ({table.path.parent.parent.relative_to(folder)})" if len(found) > 1 and table.path else ""
+        out.append(ShownTable(f"study verdicts{where}", shown, VERDICT_NOTE))
+    if not found and any(p.is_file() for p in folder.rglob("study_runs.parquet")):
+        how = (
+            "none written here: this study was measured before headprobe wrote verdicts; rerun the same "
+            "`headprobe study` command (every finished part is skipped) to write tables/study_verdicts.parquet"
+        )
+        out.append(ShownTable("study verdicts", pd.DataFrame({"verdicts": [how]})))
     return out

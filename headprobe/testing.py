@@ -81,7 +81,8 @@ def random_grid(runs: str | Path, members: Iterable[str] = ("toy-a",), seeds: It
                     save_checkpoint(Transformer(tiny_config(vocab_size=264, max_seq_len=1024)), folder, ByteTokenizer())
                 entries.append(
                     dict(member=member, seed=seed, run=run, stage=stage, freeze=freeze, checkpoint=str(folder))
-                    | dict(tokens=10, steps=1, final_loss=1.0 + s + m)
+                    | dict(tokens=10, steps=1, final_loss=1.0 + s + m, status="trained", status_reason=None)
+                    | dict(eval_loss=2.0 + s + m, eval_loss_local=1.5 + s + m, eval_loss_retrieval=3.0 + s + m)
                 )
     manifest = {"recipe": None, "scale": "toy", "profile": None, "runs": entries}
     runs.mkdir(parents=True, exist_ok=True)

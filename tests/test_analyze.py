@@ -69,6 +69,10 @@ def test_results_and_summary(tmp_path, checkpoints):
     for length, part in retrieval.groupby("length"):
         counted = int((part["value"] >= 0.1).sum())
         assert statistic(summary, "retrieval", length, "retrieval_heads") == counted
+        forced = int((part["forced_value"] >= 0.1).sum())  # the teacher-forced count, every sample scored
+        assert statistic(summary, "retrieval", length, "forced_retrieval_heads") == forced
+        mass = part[part["layer_type"] == "full"]["forced_mass"].mean()
+        assert statistic(summary, "retrieval", length, "forced_mass", "full") == pytest.approx(mass) and mass > 0
     erank = read_table(folder / "erank.parquet").frame
     assert erank[erank["length"] == 320]["layer"].tolist() == [-1, 0, 1, 2, 3]
     layer0 = summary[(summary.metric == "erank") & (summary.length == 320) & (summary.layer == 0)]
@@ -89,6 +93,10 @@ def test_results_and_summary(tmp_path, checkpoints):
     for index, value in got.items():
         assert value == pytest.approx(want[index], abs=1e-12) if index in want.index else value != value  # NaN
     assert (retrieval.groupby("length")["n_kept"].first() == samples.groupby("length")["kept"].sum()).all()
+    every = copies.groupby(["length", "layer", "head"])[["forced_value", "forced_mass"]].mean()  # kept or not
+    pd.testing.assert_frame_equal(retrieval.set_index(["length", "layer", "head"])[every.columns], every)
+    hf_heads = read_table(tmp_path / "qwen2" / "retrieval.parquet").frame  # a Hugging Face model's forced pass
+    assert hf_heads["forced_mass"].between(0, 1).all() and hf_heads["forced_mass"].max() > 0
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["job"] == "analyze" and run["checkpoints"]["qwen2"] == str(hf) and run["errors"] == {}
     both = result.table("entropy")  # one table over every model of the run

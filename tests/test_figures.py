@@ -54,6 +54,15 @@ def ruler_score(member: str, seed: int, run: str, length: int) -> float:
     return BASE[member] + 10 * seed + RUN_OFFSET[run] - (5 if length == 1024 else 0)
 
 
+def eval_loss(member: str, seed: int, run: str) -> float:
+    return 2.0 + BASE[member] / 100 + seed / 10 + (0.5 if run == "pt" else 0.0)
+
+
+def status(member: str, seed: int) -> str:
+    """toy-k64v16's seed 1 diverged."""
+    return "diverged" if (member, seed) == ("toy-k64v16", 1) else "trained"
+
+
 def fraction(member: str, seed: int, run: str) -> float:
     """Retrieval-head share; toy-d16 never kept a sample (NaN)."""
     if member == "toy-d16":
@@ -71,7 +80,8 @@ def results(tmp_path):
     who = [(m, s, r) for m in MEMBERS for s in SEEDS for r in RUNS]
     _write(tmp_path, "study_runs", [
         {"model": model(m, s, r), "member": m, "seed": s, "run": r, "stage": r.split("-")[0], "freeze": None,
-         "steps": 10, "tokens": 100, "final_loss": 2.0 + BASE[m] / 100 + s / 10}
+         "steps": 10, "tokens": 100, "final_curriculum_loss": 9.0 - s, "eval_loss": eval_loss(m, s, r),
+         "eval_loss_local": 1.0, "eval_loss_retrieval": 5.0 - eval_loss(m, s, r), "status": status(m, s)}
         for m, s, r in who
     ])  # fmt: skip
     _write(tmp_path, "study_ruler", [
@@ -212,17 +222,27 @@ def test_frozen_cpt_draws_the_score_before_cpt_when_it_was_measured(results):
     plt.close(fig)
 
 
-def test_loss_vs_retrieval_pairs_pt_loss_with_cpt_score(results):
+def test_loss_vs_retrieval_pairs_the_held_out_losses_with_the_same_runs_score(results):
     fig = loss_vs_retrieval.build(Results(results))
-    ax = fig.axes[0]
-    points = {c.get_label(): c.get_offsets() for c in ax.collections}
-    for m in MEMBERS:
-        got = sorted(map(tuple, points[m]))
-        want = sorted((2.0 + BASE[m] / 100 + s / 10, BASE[m] + 10 * s - 2.5) for s in SEEDS)
-        assert np.allclose(got, want)
-    # six points; loss and score both rise with BASE and seed: Spearman rho is 1 here
-    assert ax.get_title() == "Spearman rho = 1.00 over 6 runs"
+    for ax, sign in zip(fig.axes, (1, -1), strict=True):  # eval_loss, then eval_loss_retrieval (5 - eval_loss)
+        points = {c.get_label(): c.get_offsets() for c in ax.collections}
+        want: dict[str, list[tuple[float, float]]] = {}
+        for m in MEMBERS:
+            for s in SEEDS:  # the score: the cpt run's mean over lengths
+                label = m if status(m, s) == "trained" else f"{m} (diverged)"
+                x = eval_loss(m, s, "cpt") if sign > 0 else 5.0 - eval_loss(m, s, "cpt")
+                want.setdefault(label, []).append((x, ruler_score(m, s, "cpt", 512) - 2.5))
+        assert sorted(points) == sorted(want)
+        for label, xy in want.items():
+            assert np.allclose(sorted(map(tuple, points[label])), sorted(xy))
+        # five trained runs (the diverged one left out); loss and score both rise with BASE and seed
+        assert ax.get_title() == f"Spearman rho = {sign:.2f} over 5 trained runs"
+        assert "held-out eval loss" in ax.get_xlabel() and "after cpt" in ax.get_xlabel()
     plt.close(fig)
+    runs = read_table(results / "tables" / "study_runs.parquet").frame.drop(columns=["eval_loss"])
+    write_table(results / "tables" / "study_runs.parquet", runs, TableMeta(table="study_runs"))
+    with pytest.raises(MissingInput, match="held-out evaluation loss"):  # a study measured before issue 38
+        loss_vs_retrieval.build(Results(results))
 
 
 def test_effective_rank_lines_per_layer(results):

@@ -377,6 +377,20 @@ class RepeatingCopyModel(HookedModel):
                 break
         return out
 
+    def run(self, input_ids, hook=None, residual=None):
+        """The teacher-forced pass (the prompt, ``" "``, the answer but its last byte): head 0 of layer 1 walks
+        the answer span once at the rows producing the answer (the last ``len(answer)``); other queries zero."""
+        ids = input_ids[0].tolist()
+        text = self.tokenizer.decode(ids)
+        needle = next(n for n in NEEDLES if n.answer in text and n.question in text)
+        start, span, n = text.find(needle.answer), len(needle.answer), len(ids)
+        q = torch.zeros(2, n, 2048)
+        for t in range(span):
+            q[0, n - span + t, start + t] = 50.0
+        k = torch.eye(2048)[:n][None, None].expand(1, 2, -1, -1)
+        hook(AttentionCall(0, "sliding", torch.zeros_like(q)[None], k, 8, 1.0, 0))
+        hook(AttentionCall(1, "full", q[None], k, None, 1.0, 0))
+
 
 def test_a_head_that_copies_the_answer_twice_scores_2_as_the_code_counts_and_1_in_the_set_form():
     scores = retrieval_scores(RepeatingCopyModel(), needles=NEEDLES[:2], lengths=[400], depths=[30.0],
@@ -385,6 +399,7 @@ def test_a_head_that_copies_the_answer_twice_scores_2_as_the_code_counts_and_1_i
     heads = scores.heads.set_index(["layer", "head"])
     assert heads.loc[(1, 0), "value"] == pytest.approx(2.0)  # every needle token copied twice / span length
     assert heads.loc[(1, 0), "set_value"] == pytest.approx(1.0)  # each needle token once
+    assert heads.loc[(1, 0), "forced_value"] == pytest.approx(1.0)  # the answer forced once: each token copied once
     others = heads.drop(index=(1, 0))
     assert (others["value"] == 0).all() and (others["set_value"] == 0).all()
     copies = scores.copies.set_index(["layer", "head", "sample"])

@@ -307,6 +307,20 @@ class CopyModel(HookedModel):
                 break
         return out
 
+    def run(self, input_ids, hook=None, residual=None):
+        """The teacher-forced pass over the prompt, ``" "`` and the answer but its last byte: the rows producing
+        the answer's bytes are the last ``len(answer)`` ones, where layer 1 head 0 attends to the answer's bytes
+        in turn, as when decoding; every other query is zero."""
+        ids = input_ids[0].tolist()
+        start, end = _answer_span(ids)
+        n = len(ids)
+        q = torch.zeros(2, n, 2048)
+        for t in range(end - start):
+            q[0, n - (end - start) + t, start + t] = 50.0
+        k = torch.eye(2048)[:n][None, None].expand(1, 2, -1, -1)
+        hook(AttentionCall(0, "sliding", torch.zeros_like(q)[None], k, 8, 1.0, 0))
+        hook(AttentionCall(1, "full", q[None], k, None, 1.0, 0))
+
 
 def _answer_span(ids):
     tok = ByteTokenizer()
@@ -324,6 +338,8 @@ def test_retrieval_score_of_a_head_that_provably_copies():
     by_head = {(r.layer, r.head): r.value for r in frame.itertuples()}
     assert by_head[(1, 0)] == pytest.approx(1.0)
     assert by_head[(1, 1)] == 0.0 and by_head[(0, 0)] == 0.0 and by_head[(0, 1)] == 0.0
+    forced = {(r.layer, r.head): r.forced_value for r in frame.itertuples()}  # the same copies, teacher-forced
+    assert forced == pytest.approx({(0, 0): 0.0, (0, 1): 0.0, (1, 0): 1.0, (1, 1): 0.0})
     samples = scores.samples
     assert len(samples) == 8 and samples.kept.all() and (frame.n_kept == 8).all()
     heads = retrieval_heads(frame).set_index("layer_type")
@@ -381,6 +397,7 @@ def test_failed_samples_are_excluded_not_counted_as_zero():
     assert samples.kept.tolist() == [True, False]
     row = frame[(frame["layer"] == 1) & (frame["head"] == 0)].iloc[0]
     assert row.value == pytest.approx(1.0) and row.n_kept == 1 and row.n_samples == 2
+    assert row.forced_value == pytest.approx(1.0)  # forced, it copies in the failed sample too, which counts
     none = retrieval_scores(CopyModel(fail_depths=[20.0]), needles=NEEDLES[:1], lengths=[500], depths=[20.0]).heads
     assert none.value.isna().all() and (none.n_kept == 0).all()
 
@@ -389,7 +406,8 @@ def test_head_scores_average_the_kept_samples_copy_scores_by_hand():
     # two heads, three samples; sample 1 was answered wrongly, so its (large) copy scores do not count
     copies = pd.DataFrame(
         {"layer": [0, 0] * 3, "head": [0, 1] * 3, "layer_type": ["full"] * 6, "sample": [0, 0, 1, 1, 2, 2],
-         "value": [0.5, 0.0, 1.0, 1.0, 0.25, 0.1], "set_value": [0.25, 0.0, 1.0, 1.0, 0.25, 0.1]}
+         "value": [0.5, 0.0, 1.0, 1.0, 0.25, 0.1], "set_value": [0.25, 0.0, 1.0, 1.0, 0.25, 0.1],
+         "forced_value": 0.0, "forced_set_value": 0.0, "forced_mass": 0.0}  # (tests/test_forced_scores.py)
     )  # fmt: skip
     samples = pd.DataFrame({"sample": [0, 1, 2], "kept": [True, False, True]})
     heads = head_scores(copies, samples)

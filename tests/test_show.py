@@ -84,6 +84,26 @@ def test_top_heads_counts_means_and_scores_come_out_as_computed_by_hand(results)
     assert table_rows(text, "RULER-style score by length") == [["a", "12.500", "7.500", "10.000"]]
 
 
+def test_teacher_forced_scores_rank_the_heads_of_a_model_without_wu_scores_and_are_counted_by_hand(tmp_path):
+    heads = [(1, 0, "full"), (1, 1, "full"), (0, 0, "sliding"), (0, 1, "sliding")]
+    forced, mass = [0.75, 0.05, 0.0, 0.25], [0.6, 0.1, 0.0, 0.2]  # a model that answered no needle: Wu's NaN
+    _write(tmp_path, "retrieval", "c", [
+        {"layer": l, "head": h, "layer_type": t, "value": float("nan"), "set_value": float("nan"),
+         "forced_value": f, "forced_set_value": f, "forced_mass": m, "length": 100}
+        for (l, h, t), f, m in zip(heads, forced, mass, strict=True)
+    ])  # fmt: skip
+    text = show(str(tmp_path), "--top", "2").output
+    assert table_header(text, "retrieval: top 2 heads") == [
+        "model", "layer", "head", "layer_type", "copies/span", "set (0-1)", "forced (0-1)", "forced mass"
+    ]  # fmt: skip
+    assert table_rows(text, "retrieval: top 2 heads") == [  # ranked by the forced score; a missing Wu score is blank
+        ["c", "1", "0", "full", "", "", "0.750", "0.600"], ["c", "0", "1", "sliding", "", "", "0.250", "0.200"],
+    ]  # fmt: skip
+    assert table_rows(text, "retrieval heads") == [["c", "0 of 2", "0 of 2"]]  # Wu's: no score, no head
+    # forced >= 0.1: full 1 of 2 (0.05 is not), mass (0.6 + 0.1) / 2; sliding 1 of 2, mass (0 + 0.2) / 2
+    assert table_rows(text, "teacher-forced retrieval heads") == [["c", "1 of 2, mass 0.350", "1 of 2, mass 0.100"]]
+
+
 def test_a_folder_without_results_or_an_unknown_metric_is_a_clear_error(results, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -176,7 +196,12 @@ def test_show_on_analyze_output_prints_every_metric_for_the_model(outputs):
     assert not read_table(outputs / "a" / NAME / "retrieval_samples.parquet").frame["kept"].any()
     assert table_header(text, "retrieval heads") == ["model", "full", "sliding"]
     assert table_rows(text, "retrieval heads") == [[NAME, f"0 of {heads['full']}", f"0 of {heads['sliding']}"]]
-    assert table_rows(text, "retrieval: top 10 heads") == []  # no head scored above 0
+    scored = pd.read_parquet(outputs / "a" / NAME / "retrieval.parquet")  # one length: the means are its values
+    forced = (scored["forced_value"] > 0).sum()  # no Wu score, so the top heads are those the forced score ranks
+    assert len(table_rows(text, "retrieval: top 10 heads")) == min(10, forced)
+    cells = [f"{int((g.forced_value >= 0.1).sum())} of {len(g)}, mass {g.forced_mass.mean():.3f}"
+             for _, g in scored.groupby("layer_type")]  # fmt: skip
+    assert table_rows(text, "teacher-forced retrieval heads") == [[NAME, *cells]]
     for metric in ("entropy", "reordering", "erank"):
         frame = pd.read_parquet(outputs / "a" / NAME / f"{metric}.parquet")
         means = frame.groupby("layer_type")["value"].mean()
@@ -211,7 +236,7 @@ def test_show_on_a_study_folder_finds_the_tables_below_it(outputs):
     model = "toy-a-s0-pt-final"  # the run analysed, named by member, seed and run
     assert table_rows(out.output, "retrieval heads") == [[model, f"0 of {heads['full']}", f"0 of {heads['sliding']}"]]
     assert [row[0] for row in table_rows(out.output, "short-context accuracy by task")] == [model]
-    assert "entropy" not in out.output and "RULER-style" not in out.output  # not measured in this study
+    assert "entropy: mean per layer type" not in out.output and "RULER-style" not in out.output  # not measured here
 
 
 def test_a_table_written_without_a_model_column_takes_its_metadatas_model(outputs, tmp_path):

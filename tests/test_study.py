@@ -3,10 +3,9 @@ over seeds as a hand computation does; a rerun measures nothing twice; an interr
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
+from scipy.stats import binomtest
 
 import headprobe.study.job as job
 from headprobe.results import read_table
@@ -49,10 +48,20 @@ def test_every_measurement_lands_on_its_member_seed_and_run_and_a_rerun_measures
     assert (full.heads == tiny_config().full.n_heads).all()  # 1 full layer x 2 heads
     unkept = heads[heads.n_kept == 0]  # random models copy no needle: no evidence, not "no retrieval heads"
     assert len(unkept) and unkept.retrieval_heads.isna().all() and unkept.fraction.isna().all()
+    # the teacher-forced columns are there for every member, those that copy no needle included
+    assert unkept.forced_retrieval_heads.between(0, unkept.heads).all()
+    assert (unkept.forced_fraction == unkept.forced_retrieval_heads / unkept.heads).all()
+    assert unkept.forced_mass.between(0, 1).all() and (unkept[unkept.layer_type == "full"].forced_mass > 0).all()
+    row = heads[(heads.layer_type == "full")].iloc[0]  # the analysis' head table, averaged by hand
+    scored = read_table(tmp_path / "analysis" / row.model / "retrieval.parquet").frame
+    full = scored[(scored.layer_type == "full") & (scored.length == row.length)]
+    assert row.forced_mass == pytest.approx(full.forced_mass.mean())
+    assert row.forced_retrieval_heads == (full.forced_value >= 0.1).sum()
     assert set(report.tables["study_ruler"].run) == {"cpt"} and report.tables["study_shortctx"].empty
     stored = read_table(tmp_path / "tables" / "study_probes.parquet").frame
     pd.testing.assert_frame_equal(stored, probes.reset_index(drop=True), check_dtype=False)
-    assert "## Held-out needle retrieval" in (tmp_path / "report.md").read_text()
+    report_md = (tmp_path / "report.md").read_text()
+    assert "## Held-out needle retrieval" in report_md and "## Teacher-forced retrieval heads" in report_md
 
     calls = []
     monkeypatch.setattr(job, "exact_answers", lambda *a: calls.append(a) or [True])
@@ -65,20 +74,22 @@ def test_an_interrupted_grid_stops_the_study_before_any_measurement(tmp_path):
     assert report.interrupted and not report.tables and not (tmp_path / "report.md").exists()
 
 
-def test_spread_is_the_mean_and_sample_sd_over_seeds():
+def test_spread_is_the_mean_over_seeds_with_its_95_percent_interval():
     accuracy = [0.5, 0.7, 1.0, 0.4, 0.25]
     frame = pd.DataFrame(
-        dict(member=["a"] * 4 + ["b"], seed=[0, 0, 1, 2, 0], run="pt", distance=100, accuracy=accuracy)
+        dict(member=["a"] * 4 + ["b"], seed=[0, 0, 1, 2, 0], run="pt", distance=100, accuracy=accuracy, samples=8)
     )
-    wide = spread(frame, ["member"], ["distance"], "accuracy", 100.0)
-    per_seed = [60.0, 100.0, 40.0]  # seed 0 averages its two rows first
-    mean = sum(per_seed) / 3
-    sd = math.sqrt(sum((x - mean) ** 2 for x in per_seed) / 2)
-    assert wide.set_index("member").loc["a", "100"] == f"{mean:.1f} ± {sd:.1f}"
-    assert wide.set_index("member").loc["b", "100"] == "25.0"  # one seed: no spread
+    wide = spread(frame, ["member"], ["distance"], "accuracy", 100.0, trials="samples")
+    # seed 0 averages its two rows first: seeds 60, 100, 40. Resampling 3 of them, a mean of 40 (all three the
+    # 40) and of 100 each have probability 1/27 = 3.7% > 2.5%, so the 95% percentile interval is [40, 100]
+    assert wide.set_index("member").loc["a", "100"] == "66.7 [40.0, 100.0]"
+    # one seed of 8 trials, 2 right: Wilson's interval, as scipy computes it
+    low, high = binomtest(2, 8).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wide.set_index("member").loc["b", "100"] == f"25.0 [{100 * low:.1f}, {100 * high:.1f}]" == "25.0 [7.1, 59.1]"
+    assert spread(frame, ["member"], ["distance"], "accuracy", 100.0).set_index("member").loc["b", "100"] == "25.0"
     missing = frame.assign(accuracy=float("nan"))
     assert spread(missing, ["member"], ["distance"], "accuracy").iloc[0, 1] == "n/a"
-    assert markdown(wide).splitlines()[2] == f"| a | {mean:.1f} ± {sd:.1f} |"
+    assert markdown(wide).splitlines()[2] == "| a | 66.7 [40.0, 100.0] |"
 
 
 def test_comparisons_skip_missing_tables_and_bad_settings_are_named():
@@ -93,13 +104,21 @@ def test_comparisons_list_runs_in_the_recipes_order():
     """pt, cpt, cpt-frozen, sft as the runs table has them (alphabetical would put cpt before pt)."""
     order = ["pt", "cpt", "cpt-frozen", "sft"]
     runs = pd.DataFrame(dict(member="m", seed=0, run=order, stage="pt", freeze=None, steps=1, tokens=1,
-                             final_loss=[4.0, 3.0, 2.0, 1.0]))  # fmt: skip
+                             final_curriculum_loss=9.0, eval_loss=[4.0, 3.0, 2.0, 1.0], status="trained"))  # fmt: skip
     probes = pd.DataFrame(dict(member="m", seed=0, run=order[::-1], task="needle", distance=100, samples=4,
                                accuracy=[0.0, 0.25, 0.5, 1.0]))  # fmt: skip
     views = comparisons({"study_runs": runs, "study_probes": probes})
-    loss = next(v for title, v in views.items() if title.startswith("Final training loss"))
+    loss = next(v for title, v in views.items() if title.startswith("Held-out evaluation loss (every target"))
     assert list(loss.columns) == ["member", *order]
     assert loss.iloc[0, 1:].tolist() == ["4.000", "3.000", "2.000", "1.000"]
+    assert not any("Diverged" in title for title in views)
+    # a diverged run is left out of the losses and listed on its own
+    apart = comparisons({"study_runs": runs.assign(status=["trained", "diverged", "trained", "trained"])})
+    loss = next(v for title, v in apart.items() if title.startswith("Held-out evaluation loss (every target"))
+    assert list(loss.columns) == ["member", "pt", "cpt-frozen", "sft"]
+    assert loss.iloc[0, 1:].tolist() == ["4.000", "2.000", "1.000"]
+    diverged = next(v for title, v in apart.items() if title.startswith("Diverged runs"))
+    assert diverged[["member", "seed", "run"]].astype(str).values.tolist() == [["m", "0", "cpt"]]
     needle = next(v for title, v in views.items() if title.startswith("Held-out needle"))
     assert needle["run"].astype(str).tolist() == order
-    assert needle["100"].tolist() == ["100.0", "50.0", "25.0", "0.0"]
+    assert [cell.split(" [")[0] for cell in needle["100"]] == ["100.0", "50.0", "25.0", "0.0"]  # [Wilson interval]

@@ -81,6 +81,12 @@ class TrainConfig:
     )
     probes: str | None = setting(None, help="held-out probes logged to metrics.jsonl, e.g. needle@200,needle@1000")
     probe_every: int = setting(0, help="steps between probes (0 = the curriculum's, or never)", minimum=0)
+    eval_every: int = setting(
+        0,
+        help="steps between held-out evaluation losses in metrics.jsonl, and the final weights' in result.json "
+        "(0 = neither; the toy recipe: 100)",
+        minimum=0,
+    )
     tokenizer: str | None = setting(None, help="byte or a tokenizer.json (default: from init or the data)")
     steps: int | None = setting(None, help="optimizer steps", minimum=1)
     tokens: int | None = setting(
@@ -156,13 +162,24 @@ ReportCount = Callable[[int, int, str], None]
 
 @dataclass
 class TrainResult:
-    """What a stage did; written to ``OUT/result.json`` when it completes."""
+    """What a stage did; written to ``OUT/result.json`` when it completes.
+
+    ``final_loss``: the training loss of the last step (nats per target token of that step's batch: for a
+    curriculum, the targets of the level the run reached, so not comparable across runs). ``status``:
+    ``"trained"`` or ``"diverged"`` (:mod:`trainer.divergence`), ``status_reason`` the rules that fired.
+    ``eval_loss``, ``eval_loss_local``, ``eval_loss_retrieval``: the final weights' loss on the held-out set
+    (:mod:`headprobe.text.heldout`; nats per target token), ``None`` when not measured (interrupted)."""
 
     out: Path
     steps: int
     tokens: int
     final_loss: float | None
     interrupted: bool
+    status: str = "trained"
+    status_reason: str | None = None
+    eval_loss: float | None = None
+    eval_loss_local: float | None = None
+    eval_loss_retrieval: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "out": str(self.out)}

@@ -24,7 +24,8 @@ A *recipe* (JSON: the built-in ``trainer/configs/<scale>.json`` or any file) say
 finished when its ``final/`` checkpoint and ``result.json`` exist; finished runs are skipped,
 unfinished ones resume from their newest step checkpoint, so rerunning the command after a crash or an
 interrupt continues. ``RUNS/manifest.json`` lists every finished run (member, seed, run, stage, from,
-checkpoint, tokens, steps, final loss) and is rewritten atomically after each.
+checkpoint, tokens, steps, final loss, status and status reason, the held-out evaluation losses) and is
+rewritten atomically after each.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from trainer.train import train
 from trainer.train_state import saved_training, training_differences
 
 _RUN_KEYS = {"stage", "from", "like"}
+RESULT_COLUMNS = ("status", "status_reason", "eval_loss", "eval_loss_local", "eval_loss_retrieval")
 _PATH_KEYS = ("curriculum", "data", "tokenizer")
 
 
@@ -271,7 +273,10 @@ def _run_chain(
                 log(f"{where}: interrupted; rerun the same command to continue")
                 return entries, True
             loss = "n/a" if result.final_loss is None else f"{result.final_loss:.3f}"
-            log(f"{where}: done, {result.steps} steps, last loss {loss}, {time.perf_counter() - began:.0f} s")
+            held = "n/a" if result.eval_loss is None else f"{result.eval_loss:.3f}"
+            status = "" if result.status_reason is None else f", {result.status}: {result.status_reason}"
+            took = time.perf_counter() - began
+            log(f"{where}: done, {result.steps} steps, last loss {loss}, eval loss {held}, {took:.0f} s{status}")
         entries.append(_entry(member, seed, name, settings, folder))
     return entries, False
 
@@ -481,4 +486,6 @@ def _entry(member: str, seed: int, name: str, settings: dict[str, Any], folder: 
         "tokens": result["tokens"],
         "steps": result["steps"],
         "final_loss": result["final_loss"],
+        # a result.json written before runs had a status and evaluation losses: missing (the study measures them)
+        **{key: result.get(key) for key in RESULT_COLUMNS},
     }

@@ -12,18 +12,23 @@ from trainer.config import TrainConfig
 
 
 class MetricsLog:
-    """``metrics.jsonl`` plus optional TensorBoard / W&B, main process only."""
+    """``metrics.jsonl`` plus optional TensorBoard / W&B, main process only. ``rows``: the ``step``, ``loss``,
+    ``accuracy``, ``level`` and held-out losses of every row logged (on a resumed run, first the file's rows
+    up to the step resumed from, on the main process): the run's status is judged from them
+    (:mod:`trainer.divergence`)."""
 
     def __init__(self, out: Path, resume_step: int, cfg: TrainConfig, enabled: bool) -> None:
         self.enabled = enabled
         self.path = out / "metrics.jsonl"
         self.tb = self.wandb = None
         self.last_loss: float | None = None  # of the last step logged before this process began
+        self.rows: list[dict[str, Any]] = []
         if not enabled:
             return
         if self.path.exists():  # drop lines past the checkpoint we resume from
             keep = [ln for ln in self.path.read_text().splitlines() if ln and json.loads(ln)["step"] <= resume_step]
             atomic_write_text(self.path, "".join(ln + "\n" for ln in keep))
+            self.rows = [_kept(json.loads(ln)) for ln in keep]
             self.last_loss = json.loads(keep[-1]).get("loss") if keep else None
         self.file = self.path.open("a")
         if cfg.tensorboard:
@@ -38,6 +43,7 @@ class MetricsLog:
                 self.wandb = wandb.init(project="headprobe", dir=str(out), config=cfg.to_dict())
 
     def write(self, row: dict[str, Any]) -> None:
+        self.rows.append(_kept(row))
         if not self.enabled:
             return
         self.file.write(json.dumps(row) + "\n")
@@ -55,3 +61,8 @@ class MetricsLog:
                 self.tb.close()
             if self.wandb is not None:
                 self.wandb.finish()
+
+
+def _kept(row: dict[str, Any]) -> dict[str, Any]:
+    """What the run's end reads of a logged row: the divergence rules' fields and the held-out losses."""
+    return {k: v for k, v in row.items() if k in ("step", "loss", "accuracy", "level") or k.startswith("eval_loss")}

@@ -6,9 +6,11 @@ batch of ``batch_size`` sequences per optimizer step, split over the processes a
 of ``micro_batch_size``; the loss is the sum of token losses over the global batch divided by its
 number of target tokens, so 1 process with accumulation and N processes give the same update.
 
-Files in ``OUT``: ``metrics.jsonl`` (one JSON line per step), ``train_config.json``,
-``step_XXXXXX/`` (resumable, see :mod:`trainer.train_state`) and ``final/`` (a plain checkpoint that
-``headprobe`` analysis loads directly).
+Files in ``OUT``: ``metrics.jsonl`` (one JSON line per step; every ``eval_every`` steps with the held-out
+evaluation losses, :mod:`headprobe.text.heldout`), ``train_config.json``, ``step_XXXXXX/`` (resumable, see
+:mod:`trainer.train_state`), ``final/`` (a plain checkpoint that ``headprobe`` analysis loads directly) and
+``result.json`` (:class:`~trainer.config.TrainResult`: the final weights' evaluation losses and the run's
+``status``, ``"diverged"`` when it ended collapsed: :mod:`trainer.divergence`).
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ from headprobe.model.answers import answer_loss, exact_share
 from headprobe.model.budget import budget
 from headprobe.model.checkpoint import save_checkpoint
 from headprobe.model.config import ModelConfig
+from headprobe.model.eval_loss import split_losses
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
+from headprobe.text.heldout import eval_rows
 from headprobe.text.probes import Probe, TaskProbeError
 from trainer import train_state
 from trainer.config import RESULT_FILE, Parallel, Precision, ReportCount, Stage, TrainConfig, TrainError, TrainResult
 from trainer.curriculum import CurriculumSource, CurriculumState
 from trainer.distributed import World, all_reduce_sum, init_world, shutdown, wrap
+from trainer.divergence import RunStatus, chance_accuracy, inherited_status, run_status
 from trainer.interrupt import interrupt_flag
 from trainer.logbook import MetricsLog
 from trainer.mfu import mfu, peak_flops
@@ -133,11 +138,14 @@ class Trainer:
         self.model = model
         self.wrapped = wrap(model, self.parallel, world, mixed_precision=self.bf16)
         self.optimizer = build_optimizer(model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2))
-        warmup = cfg.warmup_steps if cfg.warmup_steps is not None else round(0.05 * self.total_steps)
-        self.schedule = Schedule(cfg.schedule, cfg.lr, self.total_steps, warmup, cfg.min_lr_ratio, cfg.decay_fraction)
+        self.warmup = cfg.warmup_steps if cfg.warmup_steps is not None else round(0.05 * self.total_steps)
+        self.schedule = Schedule(
+            cfg.schedule, cfg.lr, self.total_steps, self.warmup, cfg.min_lr_ratio, cfg.decay_fraction
+        )
         self.data_identity = {**self.source.describe(), "seq_len": self.seq_len, "batch_size": cfg.batch_size}
         self.data_identity["seed"] = cfg.seed
         self.probes = self._probes()
+        self.eval_rows = eval_rows(self.tokenizer) if cfg.eval_every else ()  # the held-out set, built once
 
     def _resume(self, existing: list[tuple[int, Path]]) -> tuple[int, int]:
         if not (self.cfg.resume and existing):
@@ -254,6 +262,14 @@ class Trainer:
     def _probing(self, step: int) -> bool:
         return bool(self.probes) and self.probe_every > 0 and step % self.probe_every == 0
 
+    def _evaluating(self, step: int) -> bool:
+        return self.cfg.eval_every > 0 and step % self.cfg.eval_every == 0
+
+    def eval_losses(self) -> dict[str, float]:
+        """The model's loss on the held-out set now: ``eval_loss``, ``eval_loss_local``, ``eval_loss_retrieval``
+        (nats per target token; no gradients, eval mode, then back; every process: FSDP forwards need them all)."""
+        return split_losses(self.model, self.eval_rows)
+
     def probe_score(self, probe: Probe) -> float:
         """The share of ``probe``'s held-out examples the model answers exactly (greedy)."""
         return exact_share(self.model, probe.prompts(self.tokenizer))
@@ -290,6 +306,8 @@ class Trainer:
         }
         if isinstance(self.source, CurriculumSource):
             row["level"] = self.source.state.level
+        if self._evaluating(step):
+            row.update(self.eval_losses())
         if self._probing(step):
             for p in self.probes:
                 row[p.name] = self.probe_score(p)
@@ -335,7 +353,8 @@ class Trainer:
                 self.tokens_seen += stats.tokens
                 last_loss = stats.loss
                 gate = self._advance(step, stats.accuracy)
-                if step % cfg.log_every == 0 or step == self.total_steps or self._probing(step) or gate:
+                logged = step % cfg.log_every == 0 or step == self.total_steps or gate
+                if logged or self._probing(step) or self._evaluating(step):
                     log.write({**self._row(step, stats, lr, flops, peak), **gate})
                 if self.on_step:
                     speed = stats.positions / stats.seconds
@@ -352,12 +371,32 @@ class Trainer:
         if not interrupted:
             self._check_finite(step, last_loss)  # never a final/ (nor a step to resume) of NaN weights
         result = TrainResult(self.out, step, self.tokens_seen, last_loss, interrupted)
-        if not interrupted:
+        if not interrupted:  # a collapsed run still ends with final/ (it is data); its status says so
+            status = self._status(log.rows)
+            result.status, result.status_reason = status.status, status.reason
+            if self.cfg.eval_every:
+                for name, value in self._final_losses(log.rows).items():
+                    setattr(result, name, value if math.isfinite(value) else None)
             self.save(step)  # a resumable end state (the next stage starts from final/)
             export_final(self.wrapped, self.model_cfg, self.tokenizer, self.out / "final", world)
             if world.is_main:
                 atomic_write_text(self.out / RESULT_FILE, json.dumps(result.to_dict(), indent=2))
         return result
+
+    def _final_losses(self, rows: list[dict[str, Any]]) -> dict[str, float]:
+        """The final weights' held-out losses: the last step's logged ones when it was evaluated, else measured."""
+        last = rows[-1] if rows else {}
+        if last.get("step") == self.total_steps and "eval_loss" in last:
+            return {k: v for k, v in last.items() if k.startswith("eval_loss")}
+        return self.eval_losses()
+
+    def _status(self, rows: list[dict[str, Any]]) -> RunStatus:
+        """Whether the run ended collapsed (:mod:`trainer.divergence`), judged from its logged steps, or
+        started from the final weights of a run that did (``init``'s run folder says so in its result)."""
+        scratch = self.cfg.stage is Stage.PT
+        chance = chance_accuracy(rows, self.tokenizer.vocab_size, self.warmup, from_scratch=scratch)
+        source = Path(self.cfg.init).parent / RESULT_FILE if self.cfg.init else None  # init: RUN/final
+        return inherited_status(source, run_status(rows, self.warmup, chance))
 
 
 def train(cfg: TrainConfig, on_step: ReportCount | None = None) -> TrainResult:

@@ -9,7 +9,9 @@ metric         statistics
 entropy        ``mean`` (nats) and ``norm_mean`` over heads and samples, per layer type and ``all``
 reordering     ``mean`` per layer type and ``all``
 retrieval      ``retrieval_heads`` (score >= threshold), ``heads``, ``fraction`` per layer type and ``all``;
-               ``n_kept``, ``n_samples``, ``mean_score`` (``all``)
+               ``n_kept``, ``n_samples``, ``mean_score`` (``all``); ``forced_retrieval_heads``
+               (``forced_value`` >= threshold, every sample counted), ``forced_fraction`` and
+               ``forced_mass`` (mean over the heads) per layer type and ``all``
 erank          ``erank`` (uncentred) and ``erank_centered`` per layer (``layer_type`` of that layer)
 =============  =========================================================================================
 """

@@ -61,6 +61,11 @@ def run(
     console = wide_console()
     for title, frame in report.comparisons.items():
         console.print(frame_table(title, frame))
+    if not report.verdicts.empty:  # last: what the study's findings come to at this scale
+        from headprobe.study.verdicts import verdict_cells
+
+        title = "Verdicts: the study's findings at this scale (docs/study.md)"
+        console.print(frame_table(title, verdict_cells(report.verdicts)))
     for what, message in report.errors.items():
         typer.echo(f"failed: {what}: {message}", err=True)
     typer.echo(f"results: {out} (tables/, report.md)")

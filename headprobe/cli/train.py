@@ -68,6 +68,8 @@ def _stage_command(plugin: Any):
         state = "stopped at the signal" if result.interrupted else "done"
         loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
         typer.echo(f"{state}: {result.steps} steps, {result.tokens:,} tokens, last loss {loss}, in {result.out}")
+        if getattr(result, "status", None) == "diverged":  # it still wrote final/: the run is data, not a result
+            typer.echo(f"diverged: {result.status_reason}")
         if result.interrupted:  # the trainer took the first Ctrl-C or SIGTERM: it saved a step and stopped
             raise stopped(ctx)
 

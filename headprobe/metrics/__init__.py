@@ -5,7 +5,7 @@ registry    ``METRICS``: each metric as a typed object (its settings, tables, an
 passes      ``run_pass``: one forward pass feeding every pass metric's collector
 attention   attention entropy and token reordering
 erank       effective rank of the residual stream
-retrieval   Wu et al.'s retrieval score, retrieval heads
+retrieval   Wu et al.'s retrieval score, its teacher-forced form and the needle mass; retrieval heads
 heads       per-head means of row statistics
 rows        ``Rows``: which query rows a pass analyses
 ==========  =========================================================================================

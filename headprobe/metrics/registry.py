@@ -124,11 +124,12 @@ METRICS: dict[str, Metric] = {
             combine_samples,
             retrieval_rows,
             retrieval_headline,
-            "Wu et al.'s retrieval score per head, from needle prompts",
-            revision=5,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span;
+            "Wu et al.'s retrieval score per head, from needle prompts, and its teacher-forced form and forced mass",
+            revision=6,  # 2: prompts tokenised whole, ROUGE with stemming; 3: samples record the span;
             # 4: answers end at the model's declared end tokens too, samples record the prompt format and stop,
             # needles hide in the corpus's prose alone (no planted facts or questions); 5: the paper's set
-            # form (set_value) beside the code's count
+            # form (set_value) beside the code's count; 6: the teacher-forced score and forced mass of every
+            # sample (forced_value, forced_set_value, forced_mass), samples record their answer steps
         ),
         PassMetric(
             "entropy",

@@ -1,4 +1,5 @@
-"""Wu et al.'s (2025) retrieval score of every head, from greedy decoding of needle prompts (docs/metrics.md).
+"""Wu et al.'s (2025) retrieval score of every head, from greedy decoding of needle prompts, and its
+teacher-forced form with the needle attention mass, defined for every model (docs/metrics.md).
 
 At each decode step a head copies when its attention row's argmax key lies in the needle's answer
 span and holds the very token that step produced. Two forms, from the same copies:
@@ -10,9 +11,20 @@ span and holds the very token that step produced. Two forms, from the same copie
   the span) the head copied at least once, over the span's length: each counted once, so 0-1.
 
 A head's score is the mean over the samples the model answered (ROUGE-1 recall > 0.5); failed samples
-are excluded, not counted as zeros. A head is a retrieval head when its ``value`` is at least 0.1 (the
-study's rule, which analyze, show and study count by); the same 0.1 applies to ``set_value``, which is
-never above ``value``, so the set form counts at most as many heads.
+are excluded, not counted as zeros, so a model that answers no needle has no score at all. A head is a
+retrieval head when its ``value`` is at least 0.1 (the study's rule, which analyze, show and study count
+by); the same 0.1 applies to ``set_value``, which is never above ``value``, so the set form counts at most
+as many heads.
+
+Two scores defined for every model come from the same prompts, the needle's answer teacher-forced after
+the prompt (:func:`forced_answer`) in one forward pass whose hook keeps only the answer steps' rows
+(:func:`forced_rows`):
+
+* ``forced_value`` (and ``forced_set_value``): Wu's rule at each answer step, the step's token being the
+  forced answer token, never a decoded one (a forced retrieval head: ``forced_value >= 0.1``);
+* ``forced_mass``: the attention mass each head puts on the answer span at the answer steps, 0-1.
+
+Both are means over every sample: nothing is decoded, so nothing is filtered.
 
 The answer span is, by default, exactly the answer's tokens in the prompt (found by character offsets
 when the prompt is built). ``span="reference"`` locates it as Wu et al.'s code does (``find_needle_idx``):
@@ -60,6 +72,18 @@ RETRIEVAL = Schema(
         ),
         Column("n_kept", "int", "samples the model answered (ROUGE-1 recall > 0.5)"),
         Column("n_samples", "int", "needle samples decoded"),
+        Column(
+            "forced_value",
+            "float",
+            "mean over every sample of the teacher-forced copy score: answer steps whose argmax key is the span's "
+            "token being forced / span length (0-1 when the answer's tokens are the span's)",
+        ),
+        Column("forced_set_value", "float", "its set form: span tokens copied at least once / span length (0-1)"),
+        Column(
+            "forced_mass",
+            "float",
+            "mean over every sample of the attention mass on the answer span at the forced answer steps (0-1)",
+        ),
     ),
 )
 RETRIEVAL_SAMPLES = Schema(
@@ -77,6 +101,7 @@ RETRIEVAL_SAMPLES = Schema(
         Column("haystack", "str", "the text around the needle"),
         Column("prompt_format", "str", "the prompt's wrapper: plain, chat or custom (headprobe.text.prompt_format)"),
         Column("stop", "str", "the token that ended decoding ('' when the budget ran out)"),
+        Column("answer_steps", "int", "answer tokens teacher-forced and scored (forced_value, forced_mass)"),
     ),
 )
 RETRIEVAL_COPIES = Schema(
@@ -90,6 +115,9 @@ RETRIEVAL_COPIES = Schema(
             "the head's copy score in this sample: copies / span length, repeats counted (in `retrieval` if kept)",
         ),
         Column("set_value", "float", "its set form: needle tokens copied at least once / span length (0-1)"),
+        Column("forced_value", "float", "the teacher-forced copy score in this sample (in `retrieval`, every sample)"),
+        Column("forced_set_value", "float", "its set form (0-1)"),
+        Column("forced_mass", "float", "mean attention mass on the answer span over the forced answer steps (0-1)"),
     ),
 )
 
@@ -206,6 +234,86 @@ def copy_scores(
     return CopyScores(value, set_value)
 
 
+class ForcedScores(NamedTuple):
+    """One sample's teacher-forced scores of every head, each ``[layers, heads]``: ``value`` and ``set_value``,
+    Wu's rule (:func:`copy_scores`) at the forced answer steps, and ``forced_mass``, the attention mass on the
+    answer span averaged over those steps (0-1)."""
+
+    value: np.ndarray
+    set_value: np.ndarray
+    forced_mass: np.ndarray
+
+
+def forced_answer(tokenizer: Any, prompt: NeedlePrompt) -> tuple[list[int], list[int]]:
+    """The needle's answer as teacher-forced after ``prompt``: ``(tokens, steps)``.
+
+    ``tokens`` are the ids that follow the prompt's text when it goes on with the answer, behind a space
+    unless the text ends in whitespace (``"...Answer:"`` + ``" eat saffron..."``; ``"...is"`` + ``" 4471"``),
+    tokenised with the text as a model reads it. ``steps`` index the tokens that overlap the answer's
+    characters (the rule that finds the span in the prompt): the answer steps; a token holding only the
+    space (a byte-level model's ``" "``) is forced but not scored. Where the prompt's tokens are not a
+    prefix of that tokenisation (a tokenizer merging across the boundary, or a prompt without its text),
+    the answer's own tokens in the prompt (``ids[answer_start:answer_end]``), every one an answer step."""
+    text, answer = prompt.text, prompt.needle.answer
+    lead = "" if not text or text[-1].isspace() else " "
+    ids, offsets = tokenizer.encode_offsets(text + lead + answer)
+    head = sum(1 for _, end in offsets if end <= len(text))  # the tokens wholly inside the text
+    a, b = len(text) + len(lead), len(text) + len(lead) + len(answer)
+    steps = [i - head for i, (s, e) in enumerate(offsets[head:], head) if s < b and e > a]
+    clean = head < len(ids) and offsets[head][0] >= len(text) and 0 < head <= len(prompt.ids)
+    if text and clean and steps and prompt.ids[len(prompt.ids) - head :] == ids[:head]:
+        return ids[head:], steps
+    own = prompt.ids[prompt.answer_start : prompt.answer_end]
+    return own, list(range(len(own)))
+
+
+def forced_rows(
+    model: HookedModel, ids: Sequence[int], rows: Sequence[int], span: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One forward pass over ``ids`` (the prompt and the forced answer but its last token) whose hook
+    computes, at the query ``rows`` only (absolute positions: the answer steps), each head's attention
+    argmax and its mass on ``span`` (``[start, end)`` key positions) by :func:`attention_stats`, never an
+    ``L x L`` matrix. Returns ``argmax [rows, layers, max_heads]`` (absolute key positions, -1 where a layer
+    has fewer heads) and ``mass [rows, layers, max_heads]`` (0-1; 0 there, and for a span out of reach)."""
+    width = max(info.n_heads for info in model.layers)
+    argmax = np.full((len(rows), len(model.layers), width), -1, dtype=np.int64)
+    mass = np.zeros((len(rows), len(model.layers), width))
+    wanted = torch.as_tensor(list(rows), dtype=torch.long)
+
+    def record(call: AttentionCall) -> None:
+        at = wanted - call.query_start  # the rows' query indices in this call
+        inside = (at >= 0) & (at < call.q.shape[2])
+        if not bool(inside.any()):
+            return
+        first, last = max(span[0] - call.key_start, 0), min(span[1] - call.key_start, call.k.shape[2])
+        spans = [(first, last)] if first < last else []
+        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=at[inside], spans=spans, topk=0)
+        found, heads = inside.nonzero()[:, 0].numpy(), call.q.shape[1]
+        argmax[found, call.layer, :heads] = (st.argmax[0] + call.key_start).T.cpu().numpy()
+        if spans:
+            mass[found, call.layer, :heads] = st.span_mass[0, :, :, 0].T.double().cpu().numpy()
+
+    with torch.no_grad():
+        model.run(torch.tensor([list(ids)]), hook=record)
+    return argmax, mass
+
+
+def forced_scores(model: HookedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT) -> tuple[ForcedScores, int]:
+    """The teacher-forced scores of every head for one needle prompt (:class:`ForcedScores`, ``[layers,
+    max_heads]`` each) and the number of answer steps scored. The answer (:func:`forced_answer`) follows the
+    prompt; answer step ``t`` is the row whose next token is the answer's ``t``-th scored token ``a_t`` (the
+    last prompt token's row first when the answer starts at once). A head copies at step ``t`` when its
+    argmax key lies in the answer span (:func:`answer_span`) and holds ``a_t``: Wu's rule with ``a_t`` in
+    place of a decoded token."""
+    start, end = answer_span(model, prompt, span)
+    tokens, steps = forced_answer(model.tokenizer, prompt)
+    model.check_length(prompt.length + len(tokens) - 1)
+    rows = [prompt.length - 1 + i for i in steps]
+    argmax, mass = forced_rows(model, [*prompt.ids, *tokens[:-1]], rows, (start, end))
+    copies = copy_scores(argmax, [tokens[i] for i in steps], prompt.ids, [(start, end)])
+    return ForcedScores(copies.value, copies.set_value, mass.mean(0)), len(steps)
+
+
 def retrieval_sample(
     model: HookedModel, prompt: NeedlePrompt, max_new_tokens: int = 50, span: Span | str = Span.EXACT
 ) -> tuple[CopyScores, dict]:
@@ -274,11 +382,16 @@ def retrieval_tries(formats: set[str], needles: str, chat_template: bool) -> lis
     return tries
 
 
-def copy_rows(layers: Sequence[LayerInfo], scores: CopyScores, sample: int) -> pd.DataFrame:
-    """One sample's copy scores (:class:`CopyScores`) as :data:`RETRIEVAL_COPIES` rows (every head)."""
+FORCED = ("forced_value", "forced_set_value", "forced_mass")  # the teacher-forced columns, in ForcedScores' order
+
+
+def copy_rows(layers: Sequence[LayerInfo], scores: CopyScores, forced: ForcedScores, sample: int) -> pd.DataFrame:
+    """One sample's copy scores (:class:`CopyScores`) and teacher-forced scores (:class:`ForcedScores`) as
+    :data:`RETRIEVAL_COPIES` rows (every head)."""
     return pd.DataFrame.from_records(
         {"layer": info.index, "head": h, "layer_type": str(info.layer_type), "sample": sample,
-         "value": float(scores.value[info.index, h]), "set_value": float(scores.set_value[info.index, h])}
+         "value": float(scores.value[info.index, h]), "set_value": float(scores.set_value[info.index, h]),
+         **{name: float(part[info.index, h]) for name, part in zip(FORCED, forced, strict=True)}}
         for info in layers
         for h in range(info.n_heads)
     )  # fmt: skip
@@ -287,28 +400,36 @@ def copy_rows(layers: Sequence[LayerInfo], scores: CopyScores, sample: int) -> p
 def head_scores(copies: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """The :data:`RETRIEVAL` head table from every sample's copy scores and the samples' records: each
     head's copy scores (both forms) summed over the kept samples in sample order, over their number (NaN
-    when none was kept). The same sums in the same order whether the samples were decoded by one process
-    or many."""
+    when none was kept), and its teacher-forced scores (:data:`FORCED`) summed the same way over every
+    sample (NaN when there is none). The same sums in the same order whether the samples were decoded by
+    one process or many."""
     kept = set(samples.loc[samples["kept"].astype(bool), "sample"].astype(int))
     heads = copies[copies["sample"] == copies["sample"].min()][["layer", "head", "layer_type"]].reset_index(drop=True)
-    total = np.zeros((len(heads), 2))
+    total, every = np.zeros((len(heads), 2)), np.zeros((len(heads), len(FORCED)))
     for sample, rows in copies.groupby("sample", sort=True):
+        every = every + rows[list(FORCED)].to_numpy(np.float64)
         if int(sample) in kept:
             total = total + rows[["value", "set_value"]].to_numpy(np.float64)
     mean = total / len(kept) if kept else np.full((len(heads), 2), math.nan)
-    return heads.assign(value=mean[:, 0], set_value=mean[:, 1], n_kept=len(kept), n_samples=len(samples))
+    forced = every / len(samples) if len(samples) else np.full((len(heads), len(FORCED)), math.nan)
+    return heads.assign(
+        value=mean[:, 0], set_value=mean[:, 1], n_kept=len(kept), n_samples=len(samples),
+        **{name: forced[:, i] for i, name in enumerate(FORCED)},
+    )  # fmt: skip
 
 
 def sample_tables(
     model: HookedModel, prompt: NeedlePrompt, sample: int, max_new_tokens: int = 50, span: Span | str = Span.EXACT
 ) -> dict[str, pd.DataFrame]:
-    """One needle prompt decoded as sample number ``sample``: its :data:`RETRIEVAL_SAMPLES` row and its
-    :data:`RETRIEVAL_COPIES` rows, by table name (:func:`head_scores` makes the head table of many)."""
+    """One needle prompt decoded as sample number ``sample``, and its answer teacher-forced
+    (:func:`forced_scores`): its :data:`RETRIEVAL_SAMPLES` row and its :data:`RETRIEVAL_COPIES` rows, by table
+    name (:func:`head_scores` makes the head table of many)."""
     model.check_length(prompt.length + max_new_tokens)
     scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
+    forced, steps = forced_scores(model, prompt, span)
     return {
-        RETRIEVAL_SAMPLES.table: pd.DataFrame.from_records([{"sample": sample} | record]),
-        RETRIEVAL_COPIES.table: copy_rows(model.layers, scores, sample),
+        RETRIEVAL_SAMPLES.table: pd.DataFrame.from_records([{"sample": sample} | record | {"answer_steps": steps}]),
+        RETRIEVAL_COPIES.table: copy_rows(model.layers, scores, forced, sample),
     }
 
 
@@ -335,7 +456,7 @@ def score_prompts(
     if not done:  # no prompt: every head scores NaN over zero samples
         width = max(info.n_heads for info in model.layers)
         zero = np.zeros((len(model.layers), width))
-        every_head = copy_rows(model.layers, CopyScores(zero, zero), 0)
+        every_head = copy_rows(model.layers, CopyScores(zero, zero), ForcedScores(zero, zero, zero), 0)
         return RetrievalScores(head_scores(every_head, RETRIEVAL_SAMPLES.empty()), RETRIEVAL_SAMPLES.empty(),
                                every_head.iloc[:0])  # fmt: skip
     samples, copies = (
@@ -367,9 +488,11 @@ def retrieval_scores(
     return score_prompts(model, prompts, max_new_tokens, progress, span)
 
 
-def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1, strict: bool = False) -> pd.DataFrame:
-    """Heads with score >= ``threshold`` (``strict``: > ``threshold``): counts and fractions per layer
-    type and overall.
+def retrieval_heads(
+    scores: pd.DataFrame, threshold: float = 0.1, strict: bool = False, score: str = "value"
+) -> pd.DataFrame:
+    """Heads whose ``score`` column (``value``: Wu's; ``forced_value``: teacher-forced) is >= ``threshold``
+    (``strict``: > ``threshold``): counts and fractions per layer type and overall.
 
     The convention: the study's definition (docs/metrics.md) counts scores of at least 0.1; Wu et al.'s
     paper words it as "larger than 0.1" (``strict=True``). They differ only for a head scoring exactly
@@ -377,7 +500,7 @@ def retrieval_heads(scores: pd.DataFrame, threshold: float = 0.1, strict: bool =
     """
     rows = []
     for kind, part in [("all", scores), *scores.groupby("layer_type")]:
-        passed = part["value"] > threshold if strict else part["value"] >= threshold
+        passed = part[score] > threshold if strict else part[score] >= threshold
         hits = int(passed.sum())
         rows.append(
             {

@@ -33,7 +33,9 @@ def mean_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
 
 
 def retrieval_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
-    """Per length: samples kept and decoded, the mean score, and retrieval heads per layer type."""
+    """Per length: samples kept and decoded, the mean score, and retrieval heads per layer type; and per
+    layer type the teacher-forced retrieval heads (``forced_value`` >= the threshold, every sample counted),
+    their fraction, and the mean forced mass over the heads."""
     for length, part in frame.groupby("length"):
         n = int(length)
         yield n, "all", None, "n_kept", float(part["n_kept"].iloc[0])
@@ -43,6 +45,13 @@ def retrieval_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
             yield n, r.layer_type, None, "retrieval_heads", float(r.retrieval_heads)
             yield n, r.layer_type, None, "heads", float(r.heads)
             yield n, r.layer_type, None, "fraction", float(r.fraction)
+        if "forced_value" not in part:  # a table of revision 5 or earlier
+            continue
+        mass = dict(_by_type(part))
+        for r in retrieval_heads(part, RETRIEVAL_THRESHOLD, score="forced_value").itertuples():
+            yield n, r.layer_type, None, "forced_retrieval_heads", float(r.retrieval_heads)
+            yield n, r.layer_type, None, "forced_fraction", float(r.fraction)
+            yield n, r.layer_type, None, "forced_mass", float(mass[r.layer_type]["forced_mass"].mean())
 
 
 def erank_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
@@ -61,9 +70,15 @@ def mean_headline(part: pd.DataFrame) -> str:
 
 def retrieval_headline(part: pd.DataFrame) -> str:
     overall = part[part.layer_type == "all"].set_index("statistic")["value"]
-    return (
+    line = (
         f"{int(overall['n_kept'])}/{int(overall['n_samples'])} samples kept, "
         f"{int(overall['retrieval_heads'])} retrieval heads ({overall['fraction']:.1%})"
+    )
+    if "forced_retrieval_heads" not in overall:
+        return line
+    return (
+        f"{line}; teacher-forced {int(overall['forced_retrieval_heads'])} ({overall['forced_fraction']:.1%}), "
+        f"forced mass {overall['forced_mass']:.3f}"
     )
 
 

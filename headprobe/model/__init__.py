@@ -14,6 +14,7 @@ masks           the one window convention (``CausalMask``) and left padding (``K
 rope            partial rotary position embedding
 kv_cache        the decoding cache (sliding layers keep ``window - 1`` keys)
 tokenizer       the byte tokenizer and local ``tokenizer.json`` files
+eval_loss       a model's loss on fixed rows, pooled and per split (the held-out evaluation loss)
 checkpoint      checkpoint folders (``save_checkpoint``, ``load_checkpoint``)
 budget          the only parameter / FLOP / KV-cache / memory formulas
 atomic          atomic file and folder writes; one run per output folder (``folder_lock``)

@@ -6,6 +6,7 @@ settings  :class:`StudySettings`: what is measured on the trained runs (the reci
 job       :func:`run_study`: train through the trainer plugin, then :func:`measure`: probe, analyze,
           evaluate, tabulate (also on its own, for a grid trained earlier: the ``analyses/`` scripts)
 tables    the study's tidy tables and the comparisons drawn from them (mean and spread over seeds)
+verdicts  :func:`verdicts`: a verdict per finding of the study (holds, opposite, inconclusive) from its tables
 ========  ==========================================================================================
 """
 

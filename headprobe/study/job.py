@@ -5,6 +5,7 @@
 ==================  ==========================================================================
 ``runs/``           the trained grid (``RUNS/<member>/s<seed>/<run>/``, ``manifest.json``)
 ``probes/<name>/``  held-out task probes of each run (:mod:`headprobe.text.probes`)
+``eval_loss/<n>/``  the held-out evaluation loss of a run whose manifest entry lacks it (:func:`eval_loss_table`)
 ``analysis/``       ``headprobe analyze`` of the ``analysis_runs`` (retrieval with the ``codes`` needles)
 ``ruler/``          RULER-style evaluation of the ``ruler_runs``
 ``shortctx/``       the built-in short-context set on the ``shortctx_runs``
@@ -33,6 +34,7 @@ from headprobe.evals.shortctx.evaluate import ShortCtxSettings
 from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
 from headprobe.model.answers import exact_answers
 from headprobe.model.checkpoint import load_checkpoint
+from headprobe.model.eval_loss import split_losses
 from headprobe.results import Schema, read_table, table_path, write_table
 from headprobe.runs import (
     Parts,
@@ -55,9 +57,12 @@ from headprobe.study.tables import (
     comparisons,
     markdown,
 )
+from headprobe.study.verdicts import VERDICTS, verdict_markdown, verdicts
+from headprobe.text.heldout import SET_IDENTITY, eval_rows
 from headprobe.text.probes import Probe
 
 WHO = ["model", "member", "seed", "run"]
+EVAL_LOSSES = ["eval_loss", "eval_loss_local", "eval_loss_retrieval"]
 
 
 @dataclass
@@ -67,14 +72,46 @@ class StudyReport:
     out: Path
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     comparisons: dict[str, pd.DataFrame] = field(default_factory=dict)
+    verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per finding (headprobe.study.verdicts)
     errors: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
 
 
 def _runs(manifest: dict[str, Any]) -> pd.DataFrame:
-    frame = pd.DataFrame(manifest["runs"])
+    """The manifest's runs, each with its ``model`` name; ``final_loss`` (the trainer's last-step loss) as
+    ``final_curriculum_loss``; the held-out evaluation losses and ``status`` missing where a manifest written
+    before the trainer recorded them lacks them (:func:`eval_loss_table` measures the losses)."""
+    frame = pd.DataFrame(manifest["runs"]).rename(columns={"final_loss": "final_curriculum_loss"})
     frame.insert(0, "model", [checkpoint_name(c) for c in frame["checkpoint"]])
+    for column in EVAL_LOSSES:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else float("nan")
+    if "status" not in frame:
+        frame["status"] = None
     return frame
+
+
+def eval_loss_table(runs: pd.DataFrame, folder: Path, device: str, progress: Progress) -> pd.DataFrame:
+    """``runs`` with the held-out evaluation losses (:mod:`headprobe.text.heldout`) of every run whose manifest
+    entry lacks them (trained before the trainer measured them) measured on its final checkpoint: each run a
+    resumable part (``folder/<model>/``) keyed by its checkpoint and the set."""
+    missing = runs.index[runs["eval_loss"].isna()]
+    if missing.empty:
+        return runs
+    runs = runs.copy()
+    progress.start(len(missing), "held-out evaluation loss")
+    for index in missing:
+        entry = runs.loc[index]
+        parts = Parts(folder / entry.model)
+        key = resume_key(checkpoint=str(Path(entry.checkpoint).resolve()), held_out=SET_IDENTITY)
+        if not parts.done(STUDY_RUNS.table, "eval", key):
+            model, tokenizer = load_checkpoint(entry.checkpoint, device=device)
+            frame = runs.loc[[index], STUDY_RUNS.names].assign(**split_losses(model, eval_rows(tokenizer)))
+            parts.write(
+                STUDY_RUNS, "eval", frame, table_meta(STUDY_RUNS.table, entry.model, entry.checkpoint, {}, key=key)
+            )
+        runs.loc[index, EVAL_LOSSES] = parts.gather(STUDY_RUNS.table, ["eval"]).loc[0, EVAL_LOSSES].to_numpy(float)
+        progress.advance()
+    return runs
 
 
 def probe_table(runs: pd.DataFrame, folder: Path, probes: list[Probe], device: str, progress: Progress) -> pd.DataFrame:
@@ -138,7 +175,8 @@ def head_table(
         kept, on=["model", "length"], how="left"
     )
     unknown = wide["n_kept"] == 0  # no needle was copied: no evidence about any head, not "no retrieval heads"
-    wide.loc[unknown, ["retrieval_heads", "fraction"]] = float("nan")
+    wide.loc[unknown, ["retrieval_heads", "fraction"]] = float("nan")  # the teacher-forced columns stay: every
+    # member has them (forced_retrieval_heads, forced_fraction, forced_mass: analysis_summary's statistics)
     return _tag(wide, runs)
 
 
@@ -185,21 +223,28 @@ def write_report(
     settings: dict[str, Any],
     errors: dict[str, str],
     earlier: dict[str, pd.DataFrame] | None = None,
-) -> dict[str, pd.DataFrame]:
-    """Write every tidy table under ``OUT/tables/`` and the comparisons of those and the ``earlier`` ones
-    (already there) to ``OUT/report.md``."""
+) -> tuple[dict[str, pd.DataFrame], pd.DataFrame]:
+    """Write every tidy table under ``OUT/tables/``, the verdict on each of the study's findings
+    (:mod:`headprobe.study.verdicts`, ``OUT/tables/study_verdicts.parquet``), and the comparisons of those
+    tables and the ``earlier`` ones (already there) to ``OUT/report.md``, which ends with the verdicts.
+    Returns the comparisons and the verdicts."""
     schemas: dict[str, Schema] = {schema.table: schema for schema in SCHEMAS}
     for name, frame in tables.items():
         meta = table_meta(name, None, None, settings)
         write_table(out / "tables" / f"{name}.parquet", frame.reset_index(drop=True), meta, schemas[name])
-    views = comparisons({**(earlier or {}), **tables})
+    everything = {**(earlier or {}), **tables}
+    views = comparisons(everything)
+    judged = verdicts(everything, out / "analysis")
+    meta = table_meta(VERDICTS.table, None, None, settings)
+    write_table(out / "tables" / f"{VERDICTS.table}.parquet", judged, meta, VERDICTS)
     text = ["# headprobe study", "", f"Settings: `{json.dumps(settings, default=str)}`", ""]
     for title, frame in views.items():
         text += [f"## {title}", "", markdown(frame), ""]
     if errors:
         text += ["## Failures", "", *(f"- {what}: {message}" for what, message in errors.items()), ""]
+    text += ["## Verdicts: the study's findings at this scale", "", verdict_markdown(judged), ""]
     atomic_write_text(out / "report.md", "\n".join(text))
-    return views
+    return views, judged
 
 
 MEASUREMENTS = ("probes", "heads", "ruler", "shortctx")  # what measure() can do, in the order it does it
@@ -245,9 +290,9 @@ def _measure(
 ) -> StudyReport:
     """:func:`measure`'s work, once the folder is held."""
     report = StudyReport(out)
-    runs = _runs(manifest)
+    runs = eval_loss_table(_runs(manifest), out / "eval_loss", device, progress)
     errors = report.errors
-    tables = {STUDY_RUNS.table: runs[[*WHO, "stage", "freeze", "steps", "tokens", "final_loss"]]}
+    tables = {STUDY_RUNS.table: runs[STUDY_RUNS.names]}
     if "probes" in parts:
         tables[STUDY_PROBES.table] = probe_table(runs, out / "probes", settings.probe_list(), device, progress)
     if "heads" in parts:
@@ -267,7 +312,7 @@ def _measure(
     report.tables = tables
     earlier.pop(STUDY_RUNS.table, None)  # the manifest is the grid's record of its runs
     record = {**(record or {}), "study": settings.to_dict(), "measured": list(parts)}
-    report.comparisons = write_report(out, tables, record, errors, earlier)
+    report.comparisons, report.verdicts = write_report(out, tables, record, errors, earlier)
     return report
 
 

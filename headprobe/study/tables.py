@@ -1,5 +1,5 @@
 """The study's tables: tidy rows per member x seed x run (written under ``OUT/tables/``), and the
-comparisons the study draws from them (mean and spread over seeds), as printed and in ``report.md``.
+comparisons the study draws from them (means over seeds with 95% intervals), as printed and in ``report.md``.
 
 Every tidy table has the ``model`` column (the results name of the run's checkpoint) and ``member``,
 ``seed``, ``run`` (a run of the recipe: ``pt``, ``cpt``, ``cpt-frozen``, ``sft``).
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from headprobe.results import Column, Schema
+from headprobe.study.intervals import seed_mean, wilson
 
 WHO_COLUMNS = (
     Column("model", "str", "the run's checkpoint (its results name)"),
@@ -28,7 +29,34 @@ STUDY_RUNS = Schema(
         Column("freeze", "str", "the frozen attention projections, else missing"),
         Column("steps", "int"),
         Column("tokens", "int", "tokens trained on in this run"),
-        Column("final_loss", "float", "training loss of the last step (nats per target token)"),
+        Column(
+            "final_curriculum_loss",
+            "float",
+            "the last step's training loss (nats per target token) on the targets of that step's batch: for a "
+            "curriculum, of whatever level the run reached, so not comparable across runs (eval_loss is)",
+        ),
+        Column(
+            "eval_loss",
+            "float",
+            "the final weights' loss on the held-out set, every target (headprobe.text.heldout; nats per target token)",
+        ),
+        Column(
+            "eval_loss_local",
+            "float",
+            "the same, the targets predictable within an 8-token window (prose, in-window copies)",
+        ),
+        Column(
+            "eval_loss_retrieval",
+            "float",
+            "the same, the targets only recoverable from beyond the window (needle values 500 and 1,500 "
+            "characters back)",
+        ),
+        Column(
+            "status",
+            "str",
+            "trained or diverged (the trainer's rules: trainer/divergence.py); missing for a run trained before "
+            "the trainer recorded it",
+        ),
     ),
 )
 STUDY_PROBES = Schema(
@@ -55,6 +83,13 @@ STUDY_HEADS = Schema(
         Column("heads", "float", "heads of that layer type"),
         Column("fraction", "float", "retrieval_heads / heads"),
         Column("n_kept", "float", "needle samples whose answer passed the ROUGE filter (all layer types)"),
+        Column(
+            "forced_retrieval_heads",
+            "float",
+            "heads with teacher-forced score (the needle's answer forced, every sample counted) >= 0.1; never missing",
+        ),
+        Column("forced_fraction", "float", "forced_retrieval_heads / heads"),
+        Column("forced_mass", "float", "mean over the heads of the needle span's attention mass at the answer steps"),
     ),
 )
 STUDY_RULER = Schema(
@@ -93,14 +128,55 @@ def mean_sd(frame: pd.DataFrame, index: Sequence[str], value: str, scale: float 
     return stats[[*index, "cell"]]
 
 
+def mean_interval(
+    frame: pd.DataFrame,
+    index: Sequence[str],
+    value: str,
+    scale: float = 1.0,
+    digits: int = 1,
+    trials: str | None = None,
+) -> pd.DataFrame:
+    """The ``index`` columns and ``cell``: ``value`` averaged per seed, then over seeds (times ``scale``), with
+    its 95% interval: with several seeds, the bootstrap over seeds (:func:`headprobe.study.intervals.seed_mean`);
+    with one, Wilson's interval of the share when ``trials`` names the column counting the trials behind each
+    row's ``value`` (a probe's ``samples``), else the mean alone. ``"n/a"`` where all are missing."""
+    cells = []
+    for key, group in frame.groupby(list(index), dropna=False, sort=True, observed=True):
+        per_seed = group.groupby("seed")[value].mean().dropna()
+        cell = "n/a"
+        if len(per_seed) > 1:
+            est = seed_mean(per_seed.to_numpy() * scale)
+            cell = f"{est.value:.{digits}f} [{est.low:.{digits}f}, {est.high:.{digits}f}]"
+        elif len(per_seed) == 1 and trials is not None and group[trials].notna().all():
+            n = float(group[trials].sum())
+            low, high = wilson(float((group[value] * group[trials]).sum()), n)
+            cell = f"{per_seed.iloc[0] * scale:.{digits}f} [{low * scale:.{digits}f}, {high * scale:.{digits}f}]"
+        elif len(per_seed) == 1:
+            cell = f"{per_seed.iloc[0] * scale:.{digits}f}"
+        cells.append((*(key if isinstance(key, tuple) else (key,)), cell))
+    out = pd.DataFrame(cells, columns=[*index, "cell"])
+    return out.astype({col: frame[col].dtype for col in index})  # an ordered run column keeps its order
+
+
 def spread(
-    frame: pd.DataFrame, index: Sequence[str], columns: Sequence[str], value: str, scale: float = 1.0, digits: int = 1
+    frame: pd.DataFrame,
+    index: Sequence[str],
+    columns: Sequence[str],
+    value: str,
+    scale: float = 1.0,
+    digits: int = 1,
+    trials: str | None = None,
+    sd: bool = False,
 ) -> pd.DataFrame:
     """A wide table of ``value`` (times ``scale``) averaged over seeds, ``index`` as rows and ``columns`` as
-    columns; each cell is :func:`mean_sd`'s."""
+    columns; each cell is :func:`mean_interval`'s, the mean and its 95% interval (``sd``: :func:`mean_sd`'s,
+    the mean ± the sd over seeds, as the figures' tables show it)."""
     if frame.empty:
         return pd.DataFrame()
-    stats = mean_sd(frame, [*index, *columns], value, scale, digits)
+    cells = [*index, *columns]
+    stats = (
+        mean_sd(frame, cells, value, scale, digits) if sd else mean_interval(frame, cells, value, scale, digits, trials)
+    )
     wide = stats.pivot_table(index=list(index), columns=list(columns), values="cell", aggfunc="first")
     wide.columns = [" ".join(str(c) for c in (col if isinstance(col, tuple) else (col,))) for col in wide.columns]
     return wide.reset_index()
@@ -116,12 +192,12 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     if not probes.empty:
         needle = probes[probes.task == "needle"]
         out["Held-out needle retrieval (% exact) by member and distance (characters)"] = spread(
-            needle, ["member", "run"], ["distance"], "accuracy", 100.0
+            needle, ["member", "run"], ["distance"], "accuracy", 100.0, trials="samples"
         )
         others = probes[probes.task != "needle"]
         if not others.empty:
             out["Held-out copy and recall (% exact)"] = spread(
-                others, ["member", "run"], ["task", "distance"], "accuracy", 100.0
+                others, ["member", "run"], ["task", "distance"], "accuracy", 100.0, trials="samples"
             )
     ruler = tables.get(STUDY_RULER.table, pd.DataFrame())
     if not ruler.empty:
@@ -137,14 +213,36 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         out["Retrieval heads: fraction of the layer type's heads"] = spread(
             kept, ["member"], ["run", "layer_type"], "fraction", digits=2
         )
+        if "forced_retrieval_heads" in kept:  # study_heads written before the teacher-forced score lack it
+            out["Teacher-forced retrieval heads (answer forced, every member scored): count"] = spread(
+                kept, ["member"], ["run", "layer_type"], "forced_retrieval_heads"
+            )
+            out["Teacher-forced retrieval heads: fraction of the layer type's heads"] = spread(
+                kept, ["member"], ["run", "layer_type"], "forced_fraction", digits=2
+            )
+            out["Needle attention mass at the answer steps (mean over heads, 0-1)"] = spread(
+                kept, ["member"], ["run", "layer_type"], "forced_mass", digits=3
+            )
     runs = tables.get(STUDY_RUNS.table, pd.DataFrame())
     if not runs.empty:
-        out["Final training loss by member and run (nats per target token)"] = spread(
-            runs, ["member"], ["run"], "final_loss", digits=3
-        )
+        out.update(_losses(runs))
     short = tables.get(STUDY_SHORTCTX.table, pd.DataFrame())
     if not short.empty:
         out["Short-context accuracy (built-in set, %)"] = spread(short, ["member", "run"], ["metric"], "value", 100.0)
+    return out
+
+
+def _losses(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The held-out evaluation losses by member and run, the diverged runs left out (and listed)."""
+    out = {}
+    healthy = runs[runs["status"] != "diverged"] if "status" in runs else runs
+    for column, what in (("eval_loss", "every target"), ("eval_loss_retrieval", "needle values beyond the window")):
+        if column in healthy and healthy[column].notna().any():
+            title = f"Held-out evaluation loss ({what}; nats per target token, final weights, diverged runs left out)"
+            out[title] = spread(healthy, ["member"], ["run"], column, digits=3)
+    if "status" in runs and (runs["status"] == "diverged").any():
+        diverged = runs[runs["status"] == "diverged"]
+        out["Diverged runs (left out of the held-out evaluation losses)"] = diverged[["member", "seed", "run"]]
     return out
 
 

@@ -6,6 +6,7 @@ corpus      the built-in training corpus (prose plus retrieval documents) and it
 haystack    long inputs of a given token length from the corpus or the user's files
 needles     the needles of the retrieval score and needle-in-a-haystack prompts
 tasks       synthetic retrieval tasks (copy, recall, needle, prose) with the spans their loss counts
+heldout     the held-out evaluation set: fixed rows, split into local and retrieval targets
 jsonl       reading JSON-lines files with errors that name the file and line
 files       reading a user's text file with errors that name it
 ==========  =========================================================================================
