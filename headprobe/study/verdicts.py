@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from headprobe.core.errors import HeadprobeError
 from headprobe.model.config import ConfigError
 from headprobe.model.presets import preset
 from headprobe.results import ResultsError, collect, read_table, table_path
@@ -44,9 +45,9 @@ REFERENCE = Path(__file__).resolve().parents[2] / "figures" / "reference_values.
 RERUN = "rerun the study with a headprobe that records it"
 
 
-class Inconclusive(Exception):
+class Inconclusive(HeadprobeError):
     """A finding cannot be decided from these tables; the message is the reason (its non-empty clauses,
-    joined by semicolons)."""
+    joined by semicolons). Raised and caught inside :func:`verdicts`: it becomes that finding's row."""
 
     def __init__(self, *clauses: str) -> None:
         super().__init__(joined(*clauses))
