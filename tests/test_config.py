@@ -104,6 +104,7 @@ def test_json_round_trip(tmp_path):
         "rope_dim": 64,
         "rope_theta": 10000.0,
         "window": None,
+        "qk_norm": False,
     }
 
 

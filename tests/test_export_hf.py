@@ -222,7 +222,7 @@ def test_config_and_files_follow_transformers_conventions(tmp_path_factory):
     # toy-k64v16: 4 layers alternating sliding (4 heads of 32, window 8) and full (2 heads, qk 64, v 16)
     assert config["layer_types"] == ["sliding_attention", "full_attention"] * 2 and config["sliding_window"] == 8
     assert config["attention"]["full_attention"] == {"num_attention_heads": 2, "num_key_value_heads": 2,
-        "qk_head_dim": 64, "v_head_dim": 16, "rope_dim": 8, "rope_theta": 10000.0}  # fmt: skip
+        "qk_head_dim": 64, "v_head_dim": 16, "rope_dim": 8, "rope_theta": 10000.0, "qk_norm": False}  # fmt: skip
     assert config["attention"]["sliding_attention"]["qk_head_dim"] == 32 and config["tie_word_embeddings"] is True
     generation = json.loads((folder / "generation_config.json").read_text())
     assert generation == {"bos_token_id": 256, "eos_token_id": 257, "pad_token_id": 258, "do_sample": False}
