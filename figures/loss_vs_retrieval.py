@@ -54,7 +54,8 @@ def build(results: Results) -> Figure:
         for member in style.member_order(frame.member):
             rows = frame[frame.member == member]
             ok, bad = rows[~rows.diverged], rows[rows.diverged]
-            ax.scatter(ok[column], ok.score, color=colors[member], s=14, label=member, edgecolor="k", linewidth=0.3)
+            if len(ok):  # a member whose every run diverged has no dot (nor an empty legend entry)
+                ax.scatter(ok[column], ok.score, color=colors[member], s=14, label=member, edgecolor="k", linewidth=0.3)
             if len(bad):
                 ax.scatter(bad[column], bad.score, color=colors[member], s=18, marker="x", label=f"{member} (diverged)")
         trained = frame[~frame.diverged].dropna(subset=[column])
