@@ -59,7 +59,8 @@ def start(args: list[str], slow_decoding: bool = False) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=os.environ | {"HEADPROBE_PROGRESS_EVERY": "0", "PYTHONUNBUFFERED": "1"},
+        # PYTHONFAULTHANDLER: a crash in native code (an abort, as -6 once seen below) shows every thread's stack
+        env=os.environ | {"HEADPROBE_PROGRESS_EVERY": "0", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"},
     )
 
 
