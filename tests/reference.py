@@ -134,7 +134,9 @@ def dense_forward(model, ids: Tensor) -> Tensor:
         if att.rope_dim:
             q = complex_rope(q, pos, att.rope_dim, att.rope_theta)
             k = complex_rope(k, pos, att.rope_dim, att.rope_theta)
-        probs = dense_probs(q.transpose(1, 2), k.transpose(1, 2), att.window, att.qk_head_dim**-0.5)
+        # the softmax scale as docs/model.md states it, not read from the config's own property
+        scale = att.qk_head_dim**-0.5 if att.qk_norm_scale is None else att.qk_norm_scale / att.qk_head_dim
+        probs = dense_probs(q.transpose(1, 2), k.transpose(1, 2), att.window, scale)
         vv = v.transpose(1, 2).repeat_interleave(att.n_heads // att.kv_heads, dim=1)
         z = (probs @ vv).transpose(1, 2).reshape(b, n, att.n_heads * att.v_head_dim)
         x = x + z @ w[p + "attn.o_proj.weight"].T

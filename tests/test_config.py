@@ -105,6 +105,7 @@ def test_json_round_trip(tmp_path):
         "rope_theta": 10000.0,
         "window": None,
         "qk_norm": False,
+        "qk_norm_scale": None,
     }
 
 

@@ -58,6 +58,14 @@ SHAPES = {
         ),
         40,
     ),
+    # QK-norm with a width-independent scale in the full layers (softmax scale qk_norm_scale / qk_head_dim)
+    "tiny-qknorm-scale": (
+        tiny_config(
+            vocab_size=264,
+            full=AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, rope_dim=8, qk_norm=True, qk_norm_scale=6.0),
+        ),
+        40,
+    ),
 }  # fmt: skip
 
 

@@ -29,6 +29,12 @@ from headprobe.testing import tiny_config
                 n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=5, qk_norm=True
             )
         },
+        {  # a width-independent logit bound: softmax scale qk_norm_scale / qk_head_dim in both layer types
+            "swa": AttentionConfig(
+                n_heads=4, qk_head_dim=8, v_head_dim=8, rope_dim=8, window=5, qk_norm=True, qk_norm_scale=3.0
+            ),
+            "full": AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, qk_norm=True, qk_norm_scale=12.0),
+        },
     ],
 )
 @pytest.mark.parametrize("backend", ["sdpa", "reference"])
@@ -314,6 +320,23 @@ def test_qk_norm_bounds_every_attention_logit_however_large_the_projections():
     assert float(logits.abs().max()) > 1.0  # not trivially small: the bound is what holds them
 
 
+@pytest.mark.parametrize("width", [8, 32])
+def test_qk_norm_scale_bounds_every_logit_by_the_same_number_whatever_the_head_width(width):
+    """With ``qk_norm_scale`` s a logit is s times the cosine of the normalised query and key (unit gains):
+    at most s for a head of any width, where plain QK-norm's bound is sqrt(width). Queries and keys made
+    parallel (identical projections, no RoPE) put the cosine of a token with itself at 1: the logit is s."""
+    att = AttentionConfig(n_heads=1, qk_head_dim=width, v_head_dim=4, qk_norm=True, qk_norm_scale=5.0)
+    assert att.scale == 5.0 / width
+    model = Transformer(tiny_config(full=att)).double()
+    with torch.no_grad():
+        model.blocks[3].attn.k_proj.weight.copy_(model.blocks[3].attn.q_proj.weight * 1000.0)
+    _, cache = model.run_with_cache(torch.randint(0, 40, (1, 30)))
+    q, k = cache["blocks.3.attn.hook_rot_q"], cache["blocks.3.attn.hook_rot_k"]  # [batch, pos, heads, dim]
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) * 5.0 / width
+    assert float(logits.abs().max()) <= 5.0 + 1e-9
+    assert torch.allclose(logits.diagonal(dim1=-2, dim2=-1), torch.full((1, 1, 30), 5.0, dtype=torch.float64))
+
+
 def test_a_config_without_qk_norm_reads_as_before_and_a_bad_value_is_named():
     from headprobe.model.config import ConfigError, ModelConfig
 
@@ -323,4 +346,10 @@ def test_a_config_without_qk_norm_reads_as_before_and_a_bad_value_is_named():
     assert ModelConfig.from_dict(data) == tiny_config()
     data["full"]["qk_norm"] = "yes"
     with pytest.raises(ConfigError, match=r"full.qk_norm must be true or false, got 'yes'"):
+        ModelConfig.from_dict(data)
+    data["full"].update(qk_norm=False, qk_norm_scale=8.0)
+    with pytest.raises(ConfigError, match=r"full.qk_norm_scale=8.0 needs qk_norm: true .*set qk_norm or drop"):
+        ModelConfig.from_dict(data)
+    data["full"].update(qk_norm=True, qk_norm_scale=-1)
+    with pytest.raises(ConfigError, match=r"full.qk_norm_scale must be a positive number or null, got -1"):
         ModelConfig.from_dict(data)

@@ -175,6 +175,16 @@ def test_qk_norm_trains_a_pt_model_with_it_and_frozen_cpt_keeps_its_gains(tmp_pa
     assert all(torch.equal(before[k], after[k]) for k in gains)  # frozen attention: its gains too
     with pytest.raises(TrainError, match="`qk_norm` is a pt setting"):
         train(TrainConfig(**cpt, out=str(tmp_path / "cpt2"), qk_norm=True))
+    with pytest.raises(TrainError, match="`qk_norm_scale` is a pt setting"):
+        train(TrainConfig(**cpt, out=str(tmp_path / "cpt2"), qk_norm_scale=8.0))
+
+
+def test_qk_norm_scale_is_written_into_every_layer_and_needs_qk_norm(tmp_path, model_config):
+    train(quick(tmp_path / "pt", model_config, steps=1, qk_norm=True, qk_norm_scale=8.0))
+    cfg = json.loads((tmp_path / "pt" / "final" / "config.json").read_text())
+    assert [cfg[t]["qk_norm_scale"] for t in ("swa", "full")] == [8.0, 8.0]
+    with pytest.raises(TrainError, match=r"`qk_norm_scale` bounds the logits .*: set `qk_norm` too"):
+        train(quick(tmp_path / "pt2", model_config, steps=1, qk_norm_scale=8.0))
 
 
 def test_cpt_freezing_only_full_layers(tmp_path, model_config):

@@ -73,6 +73,12 @@ class TrainConfig:
     qk_norm: bool = setting(
         False, help="pt: RMS-normalise each query and key head in every layer (QK-norm) on the preset or config"
     )
+    qk_norm_scale: float | None = setting(
+        None,
+        help="pt, with qk_norm: softmax scale qk_norm_scale / qk_head_dim, one bound on the logits for every "
+        "head width (default: 1/sqrt(qk_head_dim))",
+        above=0.0,
+    )
     init: str | None = setting(None, help="our checkpoint to start cpt/sft from (not a .gguf file)")
     out: str = setting("runs/default", help="run folder")
     data: str | None = setting(None, help="data folder (pt/cpt) or JSONL (sft); default: the built-in corpus/set")

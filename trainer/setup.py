@@ -32,11 +32,12 @@ def _new_model_config(cfg: TrainConfig) -> ModelConfig:
         model = preset(cfg.preset) if cfg.preset else ModelConfig.load(cfg.config)  # type: ignore[arg-type]
     except (ConfigError, FileNotFoundError) as err:
         raise TrainError(f"`{option}`: {err}") from None
+    if cfg.qk_norm_scale is not None and not cfg.qk_norm:
+        raise TrainError("`qk_norm_scale` bounds the logits of normalised queries and keys: set `qk_norm` too")
     if not cfg.qk_norm:
         return model
-    return model.replace(
-        swa=dataclasses.replace(model.swa, qk_norm=True), full=dataclasses.replace(model.full, qk_norm=True)
-    )
+    norm = {"qk_norm": True, "qk_norm_scale": cfg.qk_norm_scale}
+    return model.replace(swa=dataclasses.replace(model.swa, **norm), full=dataclasses.replace(model.full, **norm))
 
 
 def _load_init(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | HFTokenizer | None]:
@@ -66,8 +67,9 @@ def model_and_tokenizer(cfg: TrainConfig) -> tuple[Transformer, ByteTokenizer | 
         return Transformer(model_cfg), None
     if not cfg.init:
         raise TrainError(f"`stage` {cfg.stage} continues a model: give `init` CHECKPOINT")
-    if cfg.qk_norm:
-        raise TrainError(f"`qk_norm` is a pt setting: `stage` {cfg.stage} keeps the model of `init` as it is")
+    for name in ("qk_norm", "qk_norm_scale"):
+        if getattr(cfg, name) not in (False, None):
+            raise TrainError(f"`{name}` is a pt setting: `stage` {cfg.stage} keeps the model of `init` as it is")
     if cfg.preset or cfg.config:
         raise TrainError(f"`stage` {cfg.stage} takes the model from `init`; drop `preset`/`config`")
     model, tokenizer = _load_init(cfg)

@@ -79,7 +79,8 @@ def hf_config(cfg: ModelConfig, tokenizer: ByteTokenizer | HFTokenizer) -> dict[
         att = getattr(cfg, kind)
         return {"num_attention_heads": att.n_heads, "num_key_value_heads": att.kv_heads,
                 "qk_head_dim": att.qk_head_dim, "v_head_dim": att.v_head_dim, "rope_dim": att.rope_dim,
-                "rope_theta": float(att.rope_theta), "qk_norm": att.qk_norm}  # fmt: skip
+                "rope_theta": float(att.rope_theta), "qk_norm": att.qk_norm,
+                **({"qk_norm_scale": att.qk_norm_scale} if att.qk_norm_scale is not None else {})}  # fmt: skip
 
     return {
         "vocab_size": cfg.vocab_size,

@@ -64,6 +64,12 @@ class AttentionConfig:
             dim, shared by the heads) before RoPE, as OLMo 2, Qwen 3 and Gemma 3 do: a logit
             ``q.k / sqrt(d)`` is then at most ``sqrt(d)`` times the gains' product, however large the
             projections grow.
+        qk_norm_scale: with ``qk_norm``, the softmax scale is ``qk_norm_scale / qk_head_dim`` instead of
+            ``1 / sqrt(qk_head_dim)``: a logit is then at most ``qk_norm_scale`` times the gains' product
+            (the cosine of the normalised query and key times a temperature, as Henry et al. 2020's QKNorm),
+            the same bound for every head width. ``None``: the bound grows as ``sqrt(qk_head_dim)`` (4 for a
+            16-wide head, 8 for a 64-wide one), which at toy widths caps how sharply a narrow head can attend
+            (docs/training.md). Unset without ``qk_norm``.
     """
 
     n_heads: int
@@ -74,6 +80,7 @@ class AttentionConfig:
     rope_theta: float = 10_000.0
     window: int | None = None
     qk_norm: bool = False
+    qk_norm_scale: float | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -82,7 +89,9 @@ class AttentionConfig:
 
     @property
     def scale(self) -> float:
-        """Softmax scale: ``1 / sqrt(qk_head_dim)``."""
+        """Softmax scale: ``1 / sqrt(qk_head_dim)``, or ``qk_norm_scale / qk_head_dim`` when set."""
+        if self.qk_norm_scale is not None:
+            return self.qk_norm_scale / self.qk_head_dim
         return self.qk_head_dim**-0.5
 
     def validate(self, where: str = "attention") -> None:
@@ -117,6 +126,16 @@ class AttentionConfig:
             raise ConfigError(f"{where}.rope_theta must be positive, got {self.rope_theta}")
         if not isinstance(self.qk_norm, bool):
             raise ConfigError(f"{where}.qk_norm must be true or false, got {self.qk_norm!r}")
+        if self.qk_norm_scale is not None:
+            if not _number(self.qk_norm_scale) or self.qk_norm_scale <= 0:
+                raise ConfigError(
+                    f"{where}.qk_norm_scale must be a positive number or null, got {self.qk_norm_scale!r}"
+                )
+            if not self.qk_norm:
+                raise ConfigError(
+                    f"{where}.qk_norm_scale={self.qk_norm_scale} needs qk_norm: true (it bounds the logits of "
+                    "normalised queries and keys); set qk_norm or drop qk_norm_scale"
+                )
         if self.window is not None and (not isinstance(self.window, int) or self.window < 1):
             raise ConfigError(
                 f"{where}.window={self.window!r} must be an integer >= 1 (keys seen including the "

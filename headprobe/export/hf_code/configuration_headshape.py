@@ -13,13 +13,14 @@ gives that type's
 * ``rope_dim`` (how many of the ``qk_head_dim`` dims RoPE rotates, as two halves, NeoX style; the rest
   pass through) and ``rope_theta``,
 * ``qk_norm`` (optional, default false: each query and key head RMS-normalised over its ``qk_head_dim``
-  dims, with one learned gain per dim, before RoPE; weights ``self_attn.q_norm`` / ``k_norm``).
+  dims, with one learned gain per dim, before RoPE; weights ``self_attn.q_norm`` / ``k_norm``) and
+  ``qk_norm_scale`` (optional, with ``qk_norm``: the softmax scale is ``qk_norm_scale / qk_head_dim``).
 
 Sliding-window layers see ``sliding_window`` keys including the query's own (query ``i`` sees keys
 ``i - sliding_window + 1 .. i``, transformers' convention too). The softmax scale is
-``qk_head_dim ** -0.5``. The top-level ``num_attention_heads``, ``num_key_value_heads`` and ``head_dim``
-repeat the full-attention layers' shape for tools that read one shape; the per-type ``attention`` is
-what the model uses.
+``qk_head_dim ** -0.5`` unless ``qk_norm_scale`` says otherwise. The top-level ``num_attention_heads``,
+``num_key_value_heads`` and ``head_dim`` repeat the full-attention layers' shape for tools that read one
+shape; the per-type ``attention`` is what the model uses.
 """
 
 from __future__ import annotations

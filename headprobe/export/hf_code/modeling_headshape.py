@@ -126,7 +126,8 @@ class HeadShapeAttention(nn.Module):
         self.num_key_value_groups = self.num_heads // self.num_key_value_heads
         self.qk_head_dim, self.v_head_dim = shape["qk_head_dim"], shape["v_head_dim"]
         self.head_dim = self.qk_head_dim
-        self.scaling = self.qk_head_dim**-0.5
+        scale = shape.get("qk_norm_scale")  # with qk_norm: a width-independent bound on the logits
+        self.scaling = self.qk_head_dim**-0.5 if scale is None else scale / self.qk_head_dim
         self.sliding_window = config.sliding_window if self.layer_type == "sliding_attention" else None
         self.is_causal = True
         d = config.hidden_size
