@@ -124,7 +124,7 @@ def builtin_data(ruler: Path, work: Path) -> tuple[Path, dict[str, Path]]:
     """A copy of RULER's scripts whose ``json/`` holds headprobe's built-in data in RULER's file formats
     (the essay as ``PaulGrahamEssays.json``, the built-in QA sets as SQuAD v2 and HotpotQA files), and
     the same data as the files headprobe reads."""
-    from headprobe.evals.ruler.generate import EssayCorpus, _pseudo_word
+    from headprobe.evals.ruler.builders import EssayCorpus, _pseudo_word
     from headprobe.evals.ruler.qa import builtin_qa
 
     scripts = work / "RULER" / "scripts"

@@ -11,7 +11,7 @@
 Packages, bottom to top (each imports only those below it; see docs/index.md): ``model`` (the model
 family), ``text``, ``results`` and ``export`` (offline text; the results format; our checkpoints as
 Hugging Face folders), ``hooked`` (models as the analyses see them), ``stats`` (the streaming engine),
-``metrics``, ``runs`` (job plumbing), ``analysis`` / ``evals`` (the jobs), ``cli`` (the command line).
+``metrics``, ``jobs`` (job plumbing), ``analysis`` / ``evals`` (the jobs), ``cli`` (the command line).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _EXPORTS = {
     "collect": "headprobe.results",
     "export_hf": "headprobe.export.hf",
 }
-_PACKAGES = ("model", "text", "results", "hooked", "stats", "metrics", "runs", "analysis", "evals", "testing")
+_PACKAGES = ("model", "text", "results", "hooked", "stats", "metrics", "jobs", "analysis", "evals", "testing")
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 
 

@@ -110,7 +110,7 @@ class TableMeta:
         format: the results format version.
         model_facts: what the model itself declared (:meth:`headprobe.hooked.HookedModel.facts`: the file it
             was converted from, the end tokens decoding stopped on, whether it has a chat template).
-        identity: which checkpoint this was, beyond its name (:func:`headprobe.runs.checkpoint_identity`):
+        identity: which checkpoint this was, beyond its name (:func:`headprobe.core.identity.checkpoint_identity`):
             ``path``, the checkpoint resolved to an absolute path; ``weights``, a fingerprint of its weight
             files (their names, sizes and modification times), so that a checkpoint retrained at the same
             path is another; ``config``, its config and tokenizer files by name with a fingerprint of each

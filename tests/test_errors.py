@@ -42,8 +42,8 @@ def test_every_exception_class_of_the_packages_derives_from_the_one_base():
 
 def test_the_subclasses_keep_the_builtin_class_they_had():
     from headprobe.core.atomic import FolderBusy, NotWritable
+    from headprobe.jobs.memory import DoesNotFit
     from headprobe.model.config import ConfigError
-    from headprobe.runs import DoesNotFit
 
     assert issubclass(ConfigError, ValueError) and issubclass(SettingError, ValueError)
     assert issubclass(FolderBusy, RuntimeError) and issubclass(DoesNotFit, RuntimeError)

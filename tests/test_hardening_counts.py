@@ -15,8 +15,7 @@ from cli_checks import invoke, refused
 from headprobe.analysis import AnalyzeSettings
 from headprobe.analysis.settings import AnalysisError
 from headprobe.cli.common import token_counts
-from headprobe.evals.ruler.evaluate import RulerSettings
-from headprobe.evals.ruler.settings import RulerError
+from headprobe.evals.ruler.settings import RulerError, RulerSettings
 from headprobe.testing import tiny_checkpoint
 
 

@@ -26,13 +26,14 @@ import torch
 from cli_checks import invoke, refused, snapshot
 from click.testing import Result
 
+from headprobe.core.identity import checkpoint_identity
 from headprobe.hooked.base import HookedModel
+from headprobe.jobs.provenance import not_of, table_meta
 from headprobe.metrics.retrieval import copy_scores, retrieval_scores
 from headprobe.model.config import LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.results import ResultsWarning, TableMeta, collect, read_table, write_table
-from headprobe.runs import checkpoint_identity, not_of, table_meta
 from headprobe.testing import tiny_checkpoint
 from headprobe.text.needles import NEEDLES
 

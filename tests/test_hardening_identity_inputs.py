@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 from cli_checks import invoke, one_error, refused, snapshot
 
+from headprobe.core.identity import checkpoint_identity, identity_changes
 from headprobe.core.paths import changed_files, content_keys, file_sha256
 from headprobe.results import read_meta, read_table, write_table
-from headprobe.runs import checkpoint_identity, identity_changes
 from headprobe.testing import tiny_checkpoint, tiny_config
 from trainer.train_state import training_differences
 

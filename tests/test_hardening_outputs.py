@@ -409,7 +409,8 @@ def test_figures_never_replace_a_users_images_nor_another_results_figures(analyz
 
 
 def test_results_never_go_inside_what_a_job_reads(analyzed, tiny, tmp_path):
-    from headprobe.runs import Silent, run_models
+    from headprobe.core.progress import Silent
+    from headprobe.jobs.checkpoints import run_models
 
     def job(path: Path, folder: Path, name: str) -> str:
         raise AssertionError("no work may start")

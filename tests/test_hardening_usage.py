@@ -18,8 +18,8 @@ from headprobe.analysis import AnalyzeSettings
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.hooked import load_model
 from headprobe.hooked.ablation import AblationError
+from headprobe.jobs.checkpoints import checkpoint_name
 from headprobe.results import TableMeta, write_table
-from headprobe.runs import checkpoint_name
 from headprobe.testing import tiny_checkpoint
 
 WRAPPER = "<user>{task_template}</user>"

@@ -64,6 +64,8 @@ def test_benchmarks_import_the_installed_package():
         "trainer.config",
         "headprobe.analysis.settings",  # the command line builds analyze's options from it
         "headprobe.evals.ruler.settings",  # and ruler eval's
+        "headprobe.evals.ruler.resolve",  # ruler eval's settings made concrete, before any model loads
+        "headprobe.jobs.parts",  # a job's finished parts (the results format and the foundation only)
     ],
 )
 def test_light_modules_do_not_pull_in_torch(module):
@@ -109,7 +111,7 @@ def test_docs_index_lists_every_module():
 
 
 def test_only_the_command_line_draws():
-    """The library reports progress through headprobe.runs.Progress (or a callback) and errors in library
+    """The library reports progress through headprobe.core.progress.Progress (or a callback) and errors in library
     terms; only headprobe/cli imports the UI libraries."""
     ui = {"rich", "typer", "tqdm", "click"}
     drawing = [

@@ -18,8 +18,8 @@ from headprobe.core.paths import file_sha256
 from headprobe.hooked import ModelLoadError
 from headprobe.hooked.gguf import SOURCE_FILE, cached_folder
 from headprobe.hooked.stops import declared_stop_tokens
+from headprobe.jobs.checkpoints import checkpoint_name
 from headprobe.model.tokenizer import HFTokenizer
-from headprobe.runs import checkpoint_name
 from headprobe.testing import build_toy_hf_model, tiny_gguf
 from headprobe.text.needles import NEEDLES, needle_prompt
 from headprobe.text.prompt_format import chat_turn_end

@@ -1,4 +1,4 @@
-"""The results format and the job plumbing every job shares (headprobe.results, headprobe.runs)."""
+"""The results format and the job plumbing every job shares (headprobe.results, headprobe.core, headprobe.jobs)."""
 
 from __future__ import annotations
 
@@ -11,22 +11,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headprobe.core.progress import Silent
+from headprobe.core.resume import resume_key
 from headprobe.hooked import ModelLoadError
+from headprobe.jobs.checkpoints import checkpoint_name, run_each, run_models
+from headprobe.jobs.memory import DoesNotFit, MemoryBudget, require_fits
+from headprobe.jobs.parts import Parts
+from headprobe.jobs.provenance import table_meta
+from headprobe.jobs.record import RunReport
 from headprobe.model.budget import MemoryEstimate
 from headprobe.results import Column, ResultsError, Schema, TableMeta, collect, read_meta, read_table, write_table
-from headprobe.runs import (
-    DoesNotFit,
-    MemoryBudget,
-    Parts,
-    RunReport,
-    Silent,
-    checkpoint_name,
-    require_fits,
-    resume_key,
-    run_each,
-    run_models,
-    table_meta,
-)
 
 SCHEMA = Schema("toy_table", (Column("layer", "int"), Column("value", "float", "the number"), Column("kind", "str")))
 

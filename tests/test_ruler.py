@@ -15,15 +15,17 @@ import headprobe.evals.ruler.evaluate as evaluate_mod
 from headprobe.cli import app
 from headprobe.evals.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
 from headprobe.evals.ruler import templates as T
-from headprobe.evals.ruler.evaluate import RulerSettings, evaluate
+from headprobe.evals.ruler.evaluate import evaluate
 from headprobe.evals.ruler.qa import load_hotpotqa, load_squad
+from headprobe.evals.ruler.resolve import resolve_run
+from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.evals.ruler.tables import overall, per_length, per_task
 from headprobe.hooked import HeadprobeModel, HookedModel
+from headprobe.jobs.memory import DoesNotFit
 from headprobe.model.presets import preset
 from headprobe.model.tokenizer import ByteTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.results import collect, read_table
-from headprobe.runs import DoesNotFit
 from headprobe.testing import build_toy_bpe
 from headprobe.text.prompt_format import Wrapper
 
@@ -400,7 +402,7 @@ def test_qa_documents_are_chosen_and_ordered_as_rulers_qa_py(tmp_path):
         order = list(range(n))
         random.Random(42).shuffle(order)  # RULER: random.Random(args.random_seed).shuffle(all_docs), gold first
         for index in (0, 1):  # a question of Alpha (4 related paragraphs) and one of Beta (19)
-            draft = gen._qa_draft(task, random.Random(f"42/qa_1/4096/{index}"), 4000, 4096, index)[0]
+            draft = gen.builders._qa_draft(task, random.Random(f"42/qa_1/4096/{index}"), 4000, 4096, index)[0]
             text = draft.render(n)[0]
             docs = re.findall(r"Document (\d+):\n(\w+) paragraph (\d+)", text)
             assert [int(d[0]) for d in docs] == list(range(1, n + 1))
@@ -489,16 +491,16 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
     oracle = Oracle(answers)
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: oracle)
     monkeypatch.setattr(evaluate_mod, "decode_batch_size", lambda *a: 2)
-    scores = evaluate("oracle", tmp_path, settings)
+    scores = evaluate("oracle", tmp_path, resolve_run(settings))
     assert per_task(scores) == {t: {2048: 100.0, 4096: 100.0} for t in settings.tasks}
     assert per_length(scores) == {2048: 100.0, 4096: 100.0} and overall(scores) == 100.0
     assert oracle.calls == 12
     assert oracle.batches == [2] * 6  # the two samples of each task x length together
-    evaluate("oracle", tmp_path, settings)  # everything predicted already
+    evaluate("oracle", tmp_path, resolve_run(settings))  # everything predicted already
     assert oracle.calls == 12
     silent = Oracle(answers, silent=True)
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: silent)
-    zero = evaluate("oracle", tmp_path / "silent", settings)
+    zero = evaluate("oracle", tmp_path / "silent", resolve_run(settings))
     assert overall(zero) == 0.0 and set(zero[zero.scope == "task"]["score"]) == {0.0}
     saved = read_table(tmp_path / "ruler_scores.parquet")
     vt = saved.frame[(saved.frame.scope == "task") & (saved.frame.task == "vt")]
@@ -509,7 +511,7 @@ def test_eval_scores_resume_and_summary(tmp_path, monkeypatch):
         tasks=settings.tasks, lengths=settings.lengths, samples=2, seed=7, prompt_format="[{task_template}]"
     )
     with pytest.raises(RulerError, match=r"other settings \(`seed` 42 there, 7 now; `wrapper` .* there, .* now\)"):
-        evaluate("oracle", tmp_path, other)  # would mix two runs' predictions
+        evaluate("oracle", tmp_path, resolve_run(other))  # would mix two runs' predictions
 
 
 def test_batched_eval_predicts_what_one_at_a_time_does(tmp_path, monkeypatch):
@@ -519,8 +521,9 @@ def test_batched_eval_predicts_what_one_at_a_time_does(tmp_path, monkeypatch):
     model = HeadprobeModel(Transformer(preset("toy-k64v16")).double(), ByteTokenizer(), "toy")
     monkeypatch.setattr(evaluate_mod, "load_model", lambda *a, **k: model)
     settings = RulerSettings(tasks=["niah_multikey_3", "qa_1"], lengths=[1024], samples=3)
-    evaluate("toy", tmp_path / "one", settings, progress=False, batch_size=1)
-    evaluate("toy", tmp_path / "three", settings, progress=False, batch_size=3)
+    run = resolve_run(settings)
+    evaluate("toy", tmp_path / "one", run, progress=False, batch_size=1)
+    evaluate("toy", tmp_path / "three", run, progress=False, batch_size=3)
     mixed = 0
     for task in settings.tasks:
         one = [
@@ -640,10 +643,10 @@ def test_eval_loads_the_model_in_the_requested_dtype(tmp_path, monkeypatch):
 
     monkeypatch.setattr(evaluate_mod, "load_model", fake_load)
     with pytest.raises(RulerError, match="stop here"):
-        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], lengths=[2048], samples=1, dtype="bf16"))
+        evaluate("x", tmp_path, resolve_run(RulerSettings(tasks=["vt"], lengths=[2048], samples=1, dtype="bf16")))
     assert seen["dtype"] is torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
-        evaluate("x", tmp_path, RulerSettings(tasks=["vt"], dtype="int8"))
+        evaluate("x", tmp_path, resolve_run(RulerSettings(tasks=["vt"], dtype="int8")))
 
 
 def test_eval_several_checkpoints_isolates_failures(tmp_path):

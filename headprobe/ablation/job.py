@@ -38,28 +38,21 @@ from headprobe.ablation.settings import (
     ranked_heads,
 )
 from headprobe.core.paths import CONTENT
+from headprobe.core.progress import Progress, Silent
+from headprobe.core.resume import done_earlier, resume_key
 from headprobe.evals.ruler.evaluate import decode_batch_size
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
 from headprobe.hooked.ablation import AblationMode, Head, check_heads
+from headprobe.jobs.checkpoints import checkpoint_name, run_models
+from headprobe.jobs.parts import Parts, check_parts
+from headprobe.jobs.provenance import table_meta, write_results
+from headprobe.jobs.record import RunReport
 from headprobe.metrics.retrieval import answer_stops, rouge1_recall
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import Column, Schema
-from headprobe.runs import (
-    Parts,
-    Progress,
-    RunReport,
-    Silent,
-    check_parts,
-    checkpoint_name,
-    done_earlier,
-    resume_key,
-    run_models,
-    table_meta,
-    write_results,
-)
 from headprobe.text.needles import needle_prompt, needle_set
 from headprobe.text.prompt_format import Wrapper
 
@@ -300,7 +293,7 @@ def ablate(
     progress: Progress | None = None,
 ) -> RunReport[pd.DataFrame]:
     """Ablate the head sets of ``settings`` in every checkpoint (see the module docstring); returns a
-    :class:`headprobe.runs.RunReport` of each model's ``ablation`` table and the failures. Bad settings
+    :class:`headprobe.jobs.record.RunReport` of each model's ``ablation`` table and the failures. Bad settings
     fail the whole run before any model loads."""
     s = settings or AblateSettings()
     s.validate()

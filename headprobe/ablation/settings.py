@@ -30,15 +30,16 @@ import pandas as pd
 
 from headprobe.analysis.settings import MIN_LENGTH
 from headprobe.core.paths import content_keys
+from headprobe.core.resume import repeated_lengths
 from headprobe.core.settings import MAX_TOKENS, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked import parse_dtype
 from headprobe.hooked.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
+from headprobe.jobs.provenance import tables_of
 from headprobe.metrics.retrieval import retrieval_tries
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.model.config import LayerInfo
 from headprobe.results import read_tables
-from headprobe.runs import repeated_lengths, tables_of
 from headprobe.text.needles import NEEDLE_SETS, needle_set
 from headprobe.text.prompt_format import parse_prompt_format
 
@@ -230,7 +231,7 @@ def analyze_instead(checkpoint: str | Path | None) -> str:
 def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: str) -> Ranking:
     """The :class:`Ranking` of the heads of the checkpoint at ``checkpoint`` (results name ``name``) in
     ``from_results``' ``retrieval`` tables: those of this checkpoint, by identity
-    (:func:`headprobe.runs.tables_of`: a GGUF file's results serve its converted folder, and back; without a
+    (:func:`headprobe.jobs.provenance.tables_of`: a GGUF file's results serve its converted folder, and back; without a
     ``checkpoint``, those of ``name``). Raises :class:`AblationError` when there is none, or no sample was
     kept."""
     found = [t for t in read_tables(from_results, "retrieval", recursive=True) if len(t.frame)]

@@ -35,24 +35,17 @@ from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.core.paths import CONTENT
+from headprobe.core.progress import Progress, Silent
 from headprobe.core.ranks import Ranks
+from headprobe.core.resume import done_earlier
 from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.jobs.checkpoints import CHECKPOINT_ERRORS, run_models
+from headprobe.jobs.memory import MemoryBudget, require_fits
+from headprobe.jobs.parts import Parts, check_parts
+from headprobe.jobs.provenance import table_meta, write_results
+from headprobe.jobs.record import RunReport
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
 from headprobe.results import Schema
-from headprobe.runs import (
-    CHECKPOINT_ERRORS,
-    MemoryBudget,
-    Parts,
-    Progress,
-    RunReport,
-    Silent,
-    check_parts,
-    done_earlier,
-    require_fits,
-    run_models,
-    table_meta,
-    write_results,
-)
 from headprobe.text.needles import needle_prompt, needle_set
 
 ADDS = ("metrics", "lengths")  # what a rerun into a folder adds to (other settings must stay: check_parts)
@@ -81,7 +74,7 @@ def check_inputs(model: HookedModel, name: str, s: AnalyzeSettings, budget: Memo
 
 def check_folder(parts: Parts, keys: list[dict[str, Any]], folder: Path) -> None:
     """Refuse, before the model loads, a results folder whose finished parts were made from another
-    checkpoint or with other settings (:func:`headprobe.runs.check_parts`): a rerun adds metrics, lengths or
+    checkpoint or with other settings (:func:`headprobe.jobs.parts.check_parts`): a rerun adds metrics, lengths or
     a metric's new revision to a folder, and never replaces one model's results by another's, or mixes
     settings."""
     check_parts(parts, keys, folder, free=("metric", "revision", "length", "prompt_start"))
@@ -365,7 +358,7 @@ def analyze(
     progress: Progress | None = None,
     **changes: Any,
 ) -> RunReport[pd.DataFrame]:
-    """Analyse every checkpoint (see the module docstring) and return a :class:`headprobe.runs.RunReport`
+    """Analyse every checkpoint (see the module docstring) and return a :class:`headprobe.jobs.record.RunReport`
     (each checkpoint's ``analysis_summary``, the failures; ``report.table("entropy")`` reads a table
     over all models). ``changes`` replace fields of ``settings`` (default :class:`AnalyzeSettings`). Lengths
     beyond what a checkpoint was trained on, without ``allow_beyond_trained``, fail the whole run before

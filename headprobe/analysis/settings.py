@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import CONTENT, content_keys
+from headprobe.core.resume import repeated_lengths, resume_key
 from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import format_key, parse_prompt_format
@@ -106,7 +107,6 @@ class AnalyzeSettings:
         """Raise :class:`AnalysisError` naming the first bad setting."""
         from headprobe.hooked import parse_dtype
         from headprobe.metrics.retrieval import Span
-        from headprobe.runs import repeated_lengths
         from headprobe.text.needles import needle_set
 
         check_ranges(self, AnalysisError)
@@ -155,8 +155,6 @@ class AnalyzeSettings:
     def key(self, metric: Metric, length: int, checkpoint: Path, prompt_start: list[int]) -> dict[str, Any]:
         """The resume key of one (metric, length) item: what every metric depends on, plus the metric's own
         settings (:attr:`headprobe.metrics.PassMetric.settings`)."""
-        from headprobe.runs import resume_key
-
         values = self.to_dict() | {"prompt_format": format_key(self.prompt_format)}  # a file: its wrapper
         read = {"haystack", *metric.settings}  # input files (their content), of those the metric reads
         return resume_key(

@@ -16,7 +16,7 @@ explore     ``headprobe explore``: the attention-map explorer (a local web app, 
 export      ``headprobe export hf``: our checkpoint as a Hugging Face model folder
 train       ``headprobe train ...``, ``headprobe data ...``: the trainer plugin's commands
 common      error display, option parsing, consoles
-progress    the one progress bar (implements :class:`headprobe.runs.Progress`)
+progress    the one progress bar (implements :class:`headprobe.core.progress.Progress`)
 ==========  =========================================================================================
 """
 

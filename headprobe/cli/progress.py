@@ -1,4 +1,4 @@
-"""The one progress display: a rich bar implementing :class:`headprobe.runs.Progress`."""
+"""The one progress display: a rich bar implementing :class:`headprobe.core.progress.Progress`."""
 
 from __future__ import annotations
 

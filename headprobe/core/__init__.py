@@ -12,5 +12,10 @@ outputs     ``claim``: the one rule for what a command may write where (never an
 cleanup     ``CLEANUPS``: what an interrupted process must undo even when ended outright
 paths       ``not_a`` (a path of the wrong kind, said plainly), ``read_utf8``
 ranks       ``Ranks``: splitting work over the processes ``torchrun`` started
+progress    ``Progress``: how long work reports itself (the library reports, the command line draws);
+            ``Silent``
+resume      ``resume_key``: what decides a work item's numbers; what a rerun says (``done_earlier``) and
+            refuses (``repeated_lengths``, ``changed_inputs``)
+identity    ``checkpoint_identity``: what tells a checkpoint from every other, read without a weight
 ==========  ===========================================================================================
 """

@@ -34,7 +34,7 @@ from typing import Literal
 from headprobe.core.atomic import is_leftover
 from headprobe.core.errors import HeadprobeError
 
-RUN_FILE = "run.json"  # a results folder's record: {"job": "analyze", ...} (headprobe.runs)
+RUN_FILE = "run.json"  # a results folder's record: {"job": "analyze", ...} (headprobe.jobs.record)
 # the files each kind always has, named here once (headprobe.model.checkpoint, the trainer and export use these)
 CONFIG_FILE = "config.json"  # a checkpoint's config; a Hugging Face folder's too
 WEIGHTS_FILE = "model.safetensors"  # a checkpoint's weights

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from headprobe.core.progress import Progress
 from headprobe.explore.inputs import ExploreInput, InputError, needle_input, ruler_input, text_input
 from headprobe.explore.session import ModelView
 from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
+from headprobe.jobs.checkpoints import checkpoint_name
 from headprobe.metrics.rows import Rows
-from headprobe.runs import Progress, checkpoint_name
 
 
 def make_input(

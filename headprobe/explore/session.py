@@ -29,16 +29,18 @@ import torch
 from torch import Tensor
 
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.progress import Progress, Silent
 from headprobe.explore.inputs import ExploreInput
 from headprobe.explore.pooling import TILE, TileSpec, pooled_mass, tiles_across, top_level
 from headprobe.hooked.base import HookedModel
+from headprobe.jobs.memory import MemoryBudget, require_fits
+from headprobe.jobs.provenance import tables_of
 from headprobe.metrics.heads import HeadAccumulator
 from headprobe.metrics.retrieval import answer_stops, copy_scores, decode_argmax
 from headprobe.metrics.rows import Rows
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
 from headprobe.results import read_tables
-from headprobe.runs import MemoryBudget, Progress, Silent, require_fits, tables_of
 from headprobe.stats import attention_stats
 
 # per-head metrics: name -> (label, description); the metrics themselves: headprobe.metrics.METRICS

@@ -20,10 +20,12 @@ import pandas as pd
 
 from headprobe.core.atomic import atomic_write_text
 from headprobe.core.paths import file_sha256
+from headprobe.core.progress import Progress, Silent
 from headprobe.export.hf import ORIGIN_KEY, export_hf
+from headprobe.jobs.checkpoints import checkpoint_name
+from headprobe.jobs.folders import held_folder
 from headprobe.model.checkpoint import CONFIG_FILE, WEIGHTS_FILE
 from headprobe.results import Column, Schema, TableMeta, table_path, write_table
-from headprobe.runs import Progress, Silent, checkpoint_name, held_folder
 from headprobe.study.settings import StudyError
 from headprobe.study.tables import WHO_COLUMNS
 

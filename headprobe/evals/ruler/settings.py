@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import content_keys
+from headprobe.core.resume import repeated_lengths, resume_key
 from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS_HELP, Task, resolve_tasks
 from headprobe.text.files import TextFileError, read_text_file
 from headprobe.text.prompt_format import PromptFormatError, parse_prompt_format
-
-if TYPE_CHECKING:
-    from headprobe.evals.ruler.evaluate import RulerRun
 
 LENGTHS_HELP = "comma list of target lengths in tokens, k = 1,024 (4096,16k,128K)"
 FIT_HELP = "ruler (RULER's size search: samples below the target) | tight (each sample fills its budget)"
@@ -28,7 +26,7 @@ class RulerError(HeadprobeError, ValueError):
 
 
 class Fit(Choice, what="fit"):
-    """How a sample's size is chosen (:mod:`headprobe.evals.ruler.generate`)."""
+    """How a sample's size is chosen (:mod:`headprobe.evals.ruler.fitting`)."""
 
     RULER = "ruler"  # one size per task and length from a trial sample, shrunk by whole steps
     TIGHT = "tight"  # each sample's largest size that fits
@@ -95,7 +93,6 @@ class RulerSettings:
     def validate(self) -> list[Task]:
         """The chosen tasks; raises naming the first bad setting."""
         from headprobe.hooked import parse_dtype
-        from headprobe.runs import repeated_lengths
 
         check_ranges(self, RulerError)
         parse_dtype(self.dtype)
@@ -118,12 +115,6 @@ class RulerSettings:
             raise RulerError(str(err)) from None
         return resolve_tasks(self.tasks)
 
-    def resolve(self) -> RulerRun:
-        """These settings made concrete (:func:`headprobe.evals.ruler.evaluate.resolve_run`)."""
-        from headprobe.evals.ruler.evaluate import resolve_run
-
-        return resolve_run(self)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with the content of each input file given (:meth:`files`)."""
         return asdict(self) | self.files()
@@ -139,8 +130,6 @@ class RulerSettings:
         made of (the tasks, lengths and samples: a rerun with other ones is refused rather than rewriting
         the tables with fewer rows, or mixing scores over other tasks); ``wrapper`` is the wrapper the
         prompt format resolved to for this model (its template text)."""
-        from headprobe.runs import resume_key
-
         return resume_key(
             tasks=self.tasks,
             lengths=self.lengths,

@@ -16,25 +16,17 @@ from typing import Any
 import pandas as pd
 
 from headprobe.core.paths import CONTENT, content_keys
+from headprobe.core.progress import Progress, Silent
+from headprobe.core.resume import done_earlier, resume_key
 from headprobe.core.settings import check_ranges, setting
 from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
 from headprobe.evals.shortctx.scoring import evaluate_items
 from headprobe.hooked import load_model, parse_dtype
+from headprobe.jobs.checkpoints import checkpoint_name, run_models
+from headprobe.jobs.parts import Parts, check_parts
+from headprobe.jobs.provenance import table_meta, write_results
+from headprobe.jobs.record import RunReport, merged_settings
 from headprobe.results import Column, Schema
-from headprobe.runs import (
-    Parts,
-    Progress,
-    RunReport,
-    Silent,
-    check_parts,
-    checkpoint_name,
-    done_earlier,
-    merged_settings,
-    resume_key,
-    run_models,
-    table_meta,
-    write_results,
-)
 
 SHORTCTX_ITEMS = Schema(
     "shortctx_items",

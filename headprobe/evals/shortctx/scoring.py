@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
+from headprobe.core.progress import Progress, Silent
 from headprobe.evals.shortctx.items import Item, ShortCtxError
 from headprobe.hooked import HookedModel
-from headprobe.runs import Progress, Silent
 
 
 def token_logprobs(model: HookedModel, ids: list[int]) -> torch.Tensor:
