@@ -1,6 +1,7 @@
 """The ``headprobe`` command line: typer only, no logic. Each command lives in its own module and calls
-the library; library errors name settings in backticks and :func:`headprobe.cli.common.fail` shows them
-as this command's flags.
+the library; library errors name settings in backticks, and an error of headprobe's own raised anywhere in a
+command is shown in one place, :class:`_Context`, as one line with those settings as the failing command's
+flags (:func:`headprobe.cli.common.refused`).
 
 ==========  =========================================================================================
 analyze     ``headprobe analyze``
@@ -35,7 +36,16 @@ import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
 from headprobe.cli import ablate, analyze, explore, export, figures, plan, ruler, shortctx, show, study
-from headprobe.cli.common import USER_ERRORS, Session, check_options, plain_help, say_interrupted, usage_arguments
+from headprobe.cli.common import (
+    Session,
+    check_options,
+    fail,
+    plain_help,
+    refused,
+    say_error,
+    say_interrupted,
+    usage_arguments,
+)
 from headprobe.cli.train import add_trainer_commands
 from headprobe.core.cleanup import run_cleanups
 
@@ -177,15 +187,30 @@ def _capitalised(term: str) -> str:
 
 
 class _Context(typer.Context):
-    """The context of every headprobe command and group: its help through :class:`_Formatter`, and its options'
-    ranges checked before it runs (:func:`headprobe.cli.common.check_options`)."""
+    """The context of every headprobe command and group: its help through :class:`_Formatter`, its options'
+    ranges checked before it runs (:func:`headprobe.cli.common.check_options`), and its errors shown.
+
+    Errors become flags here, in one place: an error of headprobe's own (or a missing or unwritable file) that
+    leaves the command's callback is shown as one red line, the settings its message names in backticks written
+    as this command's flags (``--max-new-tokens``, ``OUT``), exit code 2 (:func:`headprobe.cli.common.fail`);
+    ``--debug`` lets it through with its traceback, and so does an interrupt (the command then ends as
+    interrupted: :class:`_App`). Any other exception is a bug and keeps its traceback. Each command's callback
+    runs in its own context's :meth:`invoke` (a group's callback in the group's, a subcommand's in its own,
+    which click makes after the group's callback has returned), so the flags named are always those of the
+    command that failed (``ruler eval``'s, not ``ruler generate``'s or the group's)."""
 
     formatter_class = _Formatter
 
     def invoke(self, callback, /, *args, **kwargs):
-        if callback is not None and callback is getattr(self.command, "callback", None):
-            check_options(self, callback, kwargs)
-        return super().invoke(callback, *args, **kwargs)
+        if callback is None or callback is not getattr(self.command, "callback", None):
+            return super().invoke(callback, *args, **kwargs)
+        check_options(self, callback, kwargs)
+        try:
+            return super().invoke(callback, *args, **kwargs)
+        except Exception as err:
+            if not refused(err, self):
+                raise
+            raise fail(err, self) from None
 
 
 class _Group(TyperGroup):
@@ -246,10 +271,13 @@ class _Group(TyperGroup):
 
 
 class _App(typer.Typer):
-    """The command: an error of headprobe's own (:class:`~headprobe.core.errors.HeadprobeError`, or a missing or
-    unwritable file) reaching it is shown as one clear line and exit code 2; ``--debug`` shows the traceback
-    instead. Any other exception is a bug and keeps its traceback. ``session`` (:class:`Session`) is what the
-    process knows besides its options; the root callback hands it to every command as ``ctx.obj``."""
+    """The command: the program's entry (signals, exit codes, interrupts). An error of headprobe's own
+    (:class:`~headprobe.core.errors.HeadprobeError`, or a missing or unwritable file) raised in a command is
+    shown where that command's context is at hand, :class:`_Context`, with the command's flags; one that reaches
+    this far without a command (a command of another group class, or typer building the command) is shown here
+    as one line (its settings without flags to name) and exit code 2. ``--debug`` shows the traceback instead.
+    Any other exception is a bug and keeps its traceback. ``session`` (:class:`Session`) is what the process
+    knows besides its options; the root callback hands it to every command as ``ctx.obj``."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -283,9 +311,9 @@ class _App(typer.Typer):
         except Exception as err:
             if self.session.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
                 _end_interrupted(self.session)
-            if self.session.debug or not isinstance(err, USER_ERRORS):
+            if self.session.debug or not isinstance(err, self.session.user_errors):
                 raise
-            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+            say_error(err, None)
             typer.secho("(run `headprobe --debug ...` for the traceback)", err=True)
             raise SystemExit(2) from None
 

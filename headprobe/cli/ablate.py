@@ -18,7 +18,6 @@ from headprobe.cli.common import (
     token_counts,
     words,
 )
-from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import DTYPE_HELP, MODELS_HELP, PROMPT_FORMAT_HELP
 
 HEADS_HELP = (
@@ -67,30 +66,28 @@ def ablate(
 
     check_run(ctx, out, device)
     try:
-        settings = AblateSettings(
-            heads=heads or ["top:10", "random:10"],
-            from_results=str(from_results) if from_results else None,
-            modes=words(modes),
-            seeds=ints(seeds),
-            tasks=words(tasks),
-            lengths=token_counts(lengths),
-            depths=[float(d) for d in words(depths)],
-            samples=samples,
-            needles=needles,
-            prompt_format=prompt_format,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            dtype=dtype,
-            allow_beyond_trained=allow_beyond_trained,
-        )
-        settings.validate()
-    except (HeadprobeError, typer.BadParameter) as err:
+        seed_list, length_list = ints(seeds), token_counts(lengths)
+    except typer.BadParameter as err:  # a malformed list: one line, not click's usage panel
         raise fail(err, ctx) from None
-    try:
-        with resumable(out, ctx), progress_bar("ablate", ctx, enabled=progress) as bar:
-            report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
-    except (HeadprobeError, FileNotFoundError) as err:
-        raise fail(err, ctx) from None
+    settings = AblateSettings(
+        heads=heads or ["top:10", "random:10"],
+        from_results=str(from_results) if from_results else None,
+        modes=words(modes),
+        seeds=seed_list,
+        tasks=words(tasks),
+        lengths=length_list,
+        depths=[float(d) for d in words(depths)],
+        samples=samples,
+        needles=needles,
+        prompt_format=prompt_format,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        dtype=dtype,
+        allow_beyond_trained=allow_beyond_trained,
+    )
+    settings.validate()  # bad settings: refused before any work (shown with these flags: headprobe.cli._Context)
+    with resumable(out, ctx), progress_bar("ablate", ctx, enabled=progress) as bar:
+        report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
     for name, table in report.results.items():
         typer.echo(f"{name}: {out / name}")
         print_tables([ShownTable("needle accuracy with heads ablated", ablation_table(table.assign(model=name)))])

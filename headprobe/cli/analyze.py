@@ -18,7 +18,6 @@ from headprobe.cli.common import (
     settings_from,
     with_settings,
 )
-from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import MODELS_HELP
 
 
@@ -40,14 +39,11 @@ def analyze(
     check_run(ctx, out, device)
     try:
         settings = settings_from(AnalyzeSettings, options)
-        settings.validate()
-    except (HeadprobeError, typer.BadParameter) as err:  # bad options or settings
+    except typer.BadParameter as err:  # a malformed list (--lengths): one line, not click's usage panel
         raise fail(err, ctx) from None
+    settings.validate()  # bad settings: refused before any work (shown with these flags: headprobe.cli._Context)
     with resumable(out, ctx), progress_bar("analyze", ctx, enabled=progress) as bar:
-        try:
-            report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
-        except HeadprobeError as err:  # refused before any model loads, or the one checkpoint failed
-            raise fail(err, ctx) from None
+        report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
     if not report.primary:  # another process of a torchrun launch: the first one reports
         return
     for name, summary in report.results.items():

@@ -1,5 +1,6 @@
-"""What every command shares: error display (library setting names shown as flags), option parsing,
-a console that keeps wide tables wide."""
+"""What every command shares: error display (library setting names shown as flags: :func:`refused` decides
+which errors a command shows as one line, :class:`headprobe.cli._Context` shows them, :func:`fail` refuses
+in a command's own words), option parsing, a console that keeps wide tables wide."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class Session:
             finished work is kept in OUT"), or ``None`` for nothing (:func:`on_interrupt` sets it).
         resume: how to go on from what was kept.
         ended: the exit code of a command that has ended (a signal then ends the process at once).
+        user_errors: the exceptions shown as one line with exit code 2 (:func:`refused`): :data:`USER_ERRORS`,
+            and those a plugin declares as bad input (the trainer's ``errors``).
     """
 
     debug: bool = False
@@ -44,6 +47,7 @@ class Session:
     kept: Callable[[], str | None] = lambda: None
     resume: str = ""
     ended: int | None = None
+    user_errors: tuple[type[Exception], ...] = USER_ERRORS
 
 
 _SETTING = re.compile(r"`([a-z][a-z0-9_]*)`")
@@ -182,9 +186,26 @@ def say_warning(message: str, ctx: typer.Context | None) -> None:
     typer.secho(flagify(message, command_flags(ctx)), fg=typer.colors.YELLOW, err=True)
 
 
+def refused(err: BaseException, ctx: typer.Context | None) -> bool:
+    """Whether the command ``ctx`` runs shows ``err`` as one line, settings named as its flags, exit code 2
+    (:class:`headprobe.cli._Context` does, for every command, whatever raised it): an error of headprobe's own or a
+    missing or unwritable file (:attr:`Session.user_errors`). Not under ``--debug``, which shows its traceback,
+    nor once a Ctrl-C or SIGTERM came (the error is the interrupt's doing: the command ends as interrupted).
+    Any other exception is a bug and keeps its traceback."""
+    session = _session(ctx)
+    if session is not None and (session.debug or session.interrupted):
+        return False
+    return isinstance(err, session.user_errors if session is not None else USER_ERRORS)
+
+
 def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> Exception:
     """Print ``err`` (see :func:`say_error`) and return the exit to raise; under ``--debug`` return ``err``
-    itself instead, so that raising it shows its traceback."""
+    itself instead, so that raising it shows its traceback.
+
+    A command refuses in its own words with it (``raise fail("--model goes with --real", ctx)``), or shows a
+    ``typer.BadParameter`` of its own checks as one line instead of click's usage panel. An error of headprobe's
+    own needs no ``fail``: raised from anywhere in a command, it is shown the same way with that command's flags
+    (:func:`refused`)."""
     session = _session(ctx)
     if isinstance(err, Exception) and session is not None and session.debug:
         return err

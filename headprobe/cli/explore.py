@@ -8,8 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from headprobe.cli.common import check_device, command_flags, fail, flagify, ints, served
-from headprobe.core.errors import HeadprobeError
+from headprobe.cli.common import check_run, command_flags, fail, flagify, ints, served
 from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, Range
 
 # what an --export page holds (headprobe.explore.export.ExportSettings, which checks them, defaults the same)
@@ -95,12 +94,9 @@ def explore(
 
     _check_options(ctx, checkpoints, text, ruler, needle, length, results, export, overwrite)
     settings = _export_settings(ctx, export, export_heads, export_metric, export_levels, export_max_mib)
-    try:
-        check_device(device)
-        row_spec = Rows.parse(rows) if rows else None
-        parse_prompt_format(prompt_format)  # as every command reads it, before any model loads
-    except (HeadprobeError, typer.BadParameter) as err:
-        raise fail(str(err).replace("`rows`", "--rows"), ctx) from None
+    check_run(ctx, device=device)
+    row_spec = Rows.parse(rows) if rows else None
+    parse_prompt_format(prompt_format)  # as every command reads it, before any model loads
     inputs = dict(
         text=text, ruler=ruler, needle=needle, length=length, depth=depth, seed=seed, needles=needles,
         prompt_format=prompt_format,
@@ -122,33 +118,30 @@ def _load(ctx: typer.Context, checkpoints: list[Path], options: dict, export: Pa
     """The models on the input (``options``: :func:`headprobe.explore.build_views`'s), with progress; and
     the export page when asked for (``settings``: its :class:`~headprobe.explore.export.ExportSettings`):
     its size estimated before the forward passes and again once the heads are chosen, said, and a page
-    over the limit refused before anything is written. Errors become one message."""
+    over the limit refused before anything is written."""
     from headprobe.cli.progress import progress_bar
     from headprobe.explore import build_views
 
-    try:
-        with progress_bar("explore", ctx) as progress:
-            if export is not None:
-                from headprobe.explore.export import export_page, plan_export, precheck_export
+    with progress_bar("explore", ctx) as progress:
+        if export is not None:
+            from headprobe.explore.export import export_page, plan_export, precheck_export
 
-                def precheck(pairs: list) -> None:
-                    precheck_export(pairs, settings, export, options["layers"], options["results"] is not None)
+            def precheck(pairs: list) -> None:
+                precheck_export(pairs, settings, export, options["layers"], options["results"] is not None)
 
-                options = options | {"before_capture": precheck}
-            views = build_views(checkpoints, progress=progress, **options)
-            if export is not None:
-                plan = plan_export(views, settings)
-                progress.log(f"export: {plan.summary()}")
-                plan.check(export)
+            options = options | {"before_capture": precheck}
+        views = build_views(checkpoints, progress=progress, **options)
+        if export is not None:
+            plan = plan_export(views, settings)
+            progress.log(f"export: {plan.summary()}")
+            plan.check(export)
 
-                def tick(done: int, total: int) -> None:
-                    if done == 1:
-                        progress.start(total, "export")
-                    progress.advance()
+            def tick(done: int, total: int) -> None:
+                if done == 1:
+                    progress.start(total, "export")
+                progress.advance()
 
-                export_page(views, export, plan, progress=tick)
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+            export_page(views, export, plan, progress=tick)
     return views
 
 
@@ -198,17 +191,11 @@ def _check_options(
         from headprobe.core.outputs import PAGE, claim
 
         read = [*checkpoints, *(p for p in (text, results) if p is not None)]
-        try:
-            claim(export, PAGE, inputs=read, overwrite=overwrite, option="export")
-        except HeadprobeError as err:
-            raise fail(err, ctx) from None
+        claim(export, PAGE, inputs=read, overwrite=overwrite, option="export")
     from headprobe.hooked import check_model
 
-    try:
-        for path in checkpoints:
-            check_model(path)
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    for path in checkpoints:
+        check_model(path)
 
 
 def _export_settings(
@@ -226,10 +213,7 @@ def _export_settings(
     from headprobe.explore.export import ExportSettings
 
     settings = ExportSettings(export_heads=heads, export_metric=metric, export_levels=levels, export_max_mib=max_mib)
-    try:
-        settings.validate()
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    settings.validate()
     return settings
 
 

@@ -7,9 +7,6 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import fail
-from headprobe.core.errors import HeadprobeError
-
 
 def export_hf(
     ctx: typer.Context,
@@ -24,9 +21,6 @@ def export_hf(
     and headprobe's own commands load it by path (docs/checkpoints.md)."""
     from headprobe.export.hf import export_hf as run
 
-    try:
-        folder = run(checkpoint, out, overwrite=overwrite)
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    folder = run(checkpoint, out, overwrite=overwrite)
     typer.echo(f"{checkpoint} -> {folder}")
     typer.echo(f"  transformers: AutoModelForCausalLM.from_pretrained({str(folder)!r}, trust_remote_code=True)")

@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from headprobe.cli.common import fail, kept_in, on_interrupt, wide_console, words
-from headprobe.core.errors import HeadprobeError
 
 
 def figures(
@@ -30,11 +29,8 @@ def figures(
 
     console = wide_console()
     on_interrupt(ctx, lambda: kept_in(out), "rerun the same command to draw them all")  # each figure written whole
-    try:
-        with results_warnings():
-            report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
-    except (HeadprobeError, typer.BadParameter) as err:
-        raise fail(err, ctx) from None
+    with results_warnings():
+        report = draw(results, out, SPECS, only=words(only) if only else None, formats=words(format))
     for name, paths in report.drawn.items():
         console.print(f"[green]drew[/] {name}: " + ", ".join(str(p) for p in paths))
     for name, why in report.skipped.items():
@@ -69,12 +65,9 @@ def report(
 
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the HTML file to write, e.g. {out / 'report.html'}", ctx)
-    try:
-        claim(out, PAGE, inputs=[results], overwrite=overwrite)
-        with results_warnings():
-            page = report_page(results, SPECS)
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    claim(out, PAGE, inputs=[results], overwrite=overwrite)
+    with results_warnings():
+        page = report_page(results, SPECS)
     if not page.shown:
         raise fail(nothing_drawn(results, SPECS, "report"), ctx)
     atomic_write_text(out, page.html)

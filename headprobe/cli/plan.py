@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from headprobe.cli.common import fail, wide_console
+from headprobe.cli.common import wide_console
 from headprobe.core.settings import Range
 
 
@@ -30,15 +30,12 @@ def plan(
     from headprobe.model.presets import list_scales
     from headprobe.plan import configs_for, plan_rows
 
-    try:
-        if config:
-            configs = [ModelConfig.load(p) for p in config]
-        else:
-            if scale is not None and scale not in list_scales():
-                raise ConfigError(f"unknown scale {scale!r}; choose --scale from {', '.join(list_scales())}")
-            configs = configs_for(scale)
-    except (ConfigError, FileNotFoundError) as err:
-        raise fail(err, ctx) from None
+    if config:
+        configs = [ModelConfig.load(p) for p in config]
+    else:
+        if scale is not None and scale not in list_scales():
+            raise ConfigError(f"unknown scale {scale!r}; choose --scale from {', '.join(list_scales())}")
+        configs = configs_for(scale)
     rows = plan_rows(configs, seq_len)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

@@ -23,7 +23,6 @@ from headprobe.cli.common import (
     wide_console,
     with_settings,
 )
-from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import MODELS_HELP, PROMPT_FORMAT_HELP, Range
 from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, LENGTHS_HELP, RulerSettings
 from headprobe.evals.ruler.tasks import TASKS_HELP
@@ -80,23 +79,17 @@ def ruler_generate(
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
     inputs = [p for p in (tokenizer, *(haystack_files or []), *(qa_files or [])) if Path(p).exists()]
-    try:
-        claim(out, SAMPLES, inputs=inputs, overwrite=overwrite)  # never an input; a file only with --overwrite
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    claim(out, SAMPLES, inputs=inputs, overwrite=overwrite)  # never an input; a file only with --overwrite
     if not out.parent.is_dir():
         raise fail(f"--out {out}: the folder {out.parent} does not exist; create it or give another path", ctx)
-    try:
-        source = _tokenizer_files(tokenizer)
-        tok = load_tokenizer("byte") if source is None else model_tokenizer(source)  # a checkpoint's own, as it loads
-        folder = None if source is None else source if source.is_dir() else source.parent
-        qa = qa_file_kinds([str(f) for f in qa_files or []])
-        wrapper = resolve_wrapper(prompt_format, folder)
-        files = haystack_files or None
-        gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
-        rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
-    except (HeadprobeError, FileNotFoundError) as err:
-        raise fail(err, ctx) from None
+    source = _tokenizer_files(tokenizer)
+    tok = load_tokenizer("byte") if source is None else model_tokenizer(source)  # a checkpoint's own, as it loads
+    folder = None if source is None else source if source.is_dir() else source.parent
+    qa = qa_file_kinds([str(f) for f in qa_files or []])
+    wrapper = resolve_wrapper(prompt_format, folder)
+    files = haystack_files or None
+    gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
+    rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
     for warning in skip_warnings(skipped_tasks(rows)):
         say_warning(warning, ctx)
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))
@@ -138,22 +131,19 @@ def ruler_eval(
     check_run(ctx, out, device)
     try:
         settings = settings_from(RulerSettings, options)
-        settings.validate()  # before any model loads or folder is made
-    except (HeadprobeError, typer.BadParameter) as err:
+    except typer.BadParameter as err:  # a malformed list (--lengths): one line, not click's usage panel
         raise fail(err, ctx) from None
-    try:
-        with resumable(out, ctx), progress_bar("ruler", ctx, enabled=progress) as bar:
-            report = evaluate_many(
-                checkpoints,
-                out,
-                settings,
-                device=device,
-                memory_limit=gib(memory_limit),
-                progress=bar,
-                batch_size=batch_size or None,
-            )
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    settings.validate()  # before any model loads or folder is made
+    with resumable(out, ctx), progress_bar("ruler", ctx, enabled=progress) as bar:
+        report = evaluate_many(
+            checkpoints,
+            out,
+            settings,
+            device=device,
+            memory_limit=gib(memory_limit),
+            progress=bar,
+            batch_size=batch_size or None,
+        )
     if not report.primary:  # another process of a torchrun launch: the first one reports
         return
     console = wide_console()

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import check_run, fail, resumable, say_error
-from headprobe.core.errors import HeadprobeError
+from headprobe.cli.common import check_run, resumable, say_error
 from headprobe.core.settings import DTYPE_HELP, MODELS_HELP, Range
 
 
@@ -32,12 +31,9 @@ def shortctx_eval(
 
     check_run(ctx, out, device)
     settings = ShortCtxSettings(task=task, file=str(file) if file else None, limit=limit, dtype=dtype)
-    try:
-        settings.validate()  # before the progress bar: a bad setting is the only thing printed
-        with resumable(out, ctx), progress_bar("shortctx", ctx, enabled=progress) as bar:
-            report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    settings.validate()  # before the progress bar: a bad setting is the only thing printed
+    with resumable(out, ctx), progress_bar("shortctx", ctx, enabled=progress) as bar:
+        report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
     for name, scores in report.results.items():
         value = scores.set_index("metric")["value"]
         n = int(scores["n"].iloc[0])

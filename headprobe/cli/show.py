@@ -10,8 +10,7 @@ from typing import Annotated
 
 import typer
 
-from headprobe.cli.common import fail, wide_console, words
-from headprobe.core.errors import HeadprobeError
+from headprobe.cli.common import wide_console, words
 from headprobe.core.settings import Range
 
 
@@ -33,11 +32,8 @@ def show(
     pandas needed."""
     from headprobe.show import show_tables
 
-    try:
-        with results_warnings():
-            tables = show_tables(results, words(metric) if metric else None, top)
-    except HeadprobeError as err:
-        raise fail(err, ctx) from None
+    with results_warnings():
+        tables = show_tables(results, words(metric) if metric else None, top)
     print_tables(tables)
 
 

@@ -27,16 +27,13 @@ def run(
 ) -> None:
     """Train the recipe's grid, measure every run, print the comparisons (shared by study and demo)."""
     from headprobe.cli.train import trainer_plugin
-    from headprobe.study import StudyError, StudySettings, run_study
+    from headprobe.study import StudySettings, run_study
 
     plugin = trainer_plugin()
     if plugin is None:
         raise fail("the study trains its grid with the bundled trainer, which is not installed", ctx)
-    try:
-        info = plugin.recipe(recipe, profile)
-        settings = StudySettings.from_dict(info["study"])
-    except (*plugin.errors, StudyError) as err:
-        raise fail(err, ctx) from None
+    info = plugin.recipe(recipe, profile)  # a bad recipe: one line (its errors are user errors: headprobe.cli)
+    settings = StudySettings.from_dict(info["study"])
     chosen = words(members) if members else None
     run_list = words(runs) if runs else None
     seed_list = ints(seeds) if seeds else None
@@ -52,10 +49,7 @@ def run(
             )
 
         record = {"recipe": info["source"], "profile": profile, "seeds": seed_list or list(info["seeds"])}
-        try:
-            report = run_study(out, train_grid, settings, device=device, progress=bar, record=record)
-        except (*plugin.errors, StudyError) as err:
-            raise fail(err, ctx) from None
+        report = run_study(out, train_grid, settings, device=device, progress=bar, record=record)
     if report.interrupted:  # its training took the Ctrl-C or SIGTERM: the run saved a step and stopped
         raise stopped(ctx)
     console = wide_console()
@@ -146,15 +140,12 @@ def demo(
 def run_real(ctx: typer.Context, out: Path, model: Path | None, progress: bool) -> None:
     """``headprobe demo --real``: :func:`headprobe.study.real.real_demo`, its tables, figures and report."""
     from headprobe.cli.show import print_tables
-    from headprobe.core.errors import HeadprobeError
     from headprobe.show import show_tables
     from headprobe.study.real import real_demo
 
-    try:  # a --model that is no model is refused before any step (real_demo checks it first)
-        with resumable(out, ctx), progress_bar("real-demo", ctx, enabled=progress) as bar:
-            report = real_demo(out, model, progress=bar, say=typer.echo)
-    except HeadprobeError as err:  # a --model or --out refused, or a busy folder, before any step
-        raise fail(err, ctx) from None
+    # a --model that is no model, an --out refused or a busy folder: refused before any step (real_demo checks first)
+    with resumable(out, ctx), progress_bar("real-demo", ctx, enabled=progress) as bar:
+        report = real_demo(out, model, progress=bar, say=typer.echo)
     if report.steps:  # no "results:" line for a folder no step wrote into
         print_tables(show_tables(out, ["retrieval", "erank", "ruler", "ablation"], top=10))
         draw_figures(out, out / "figures")

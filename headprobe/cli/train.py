@@ -18,7 +18,8 @@ from typing import Annotated, Any
 import typer
 
 from headprobe.cli.common import (
-    check_device,
+    Session,
+    check_run,
     fail,
     int_range,
     ints,
@@ -28,7 +29,6 @@ from headprobe.cli.common import (
     words,
 )
 from headprobe.cli.progress import progress_bar
-from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import Range
 
 PLUGIN_GROUP = "headprobe.plugins"
@@ -48,23 +48,15 @@ def _stage_command(plugin: Any):
     def stage(ctx: typer.Context, **values: Any) -> None:
         if ctx.invoked_subcommand is not None:
             return
-        try:
-            cfg = plugin.config(**values)
-            device = getattr(cfg, "device", None)
-            if isinstance(device, str) and device.startswith(
-                "cuda"
-            ):  # before any model or data is built ("auto": the trainer's)
-                check_device(device)
-        except (*plugin.errors, typer.BadParameter) as err:
-            raise fail(err, ctx) from None
+        cfg = plugin.config(**values)
+        device = getattr(cfg, "device", None)
+        if isinstance(device, str) and device.startswith("cuda"):  # before any model or data is built ("auto": ours)
+            check_run(ctx, device=device)
         how = "rerun the same command" + ("" if cfg.resume else " with --resume") + " to continue from it"
         with resumable(Path(cfg.out), ctx, kept=lambda: _step_kept(plugin, cfg.out), resume=how):
-            try:
-                show = cfg.progress  # a bar on a terminal, a line every 30 s in a log (progress_bar)
-                with progress_bar("train", ctx, enabled=show, info=True) as bar:
-                    result = plugin.train(cfg, on_step=bar.report)
-            except (*plugin.errors, typer.BadParameter) as err:
-                raise fail(err, ctx) from None
+            show = cfg.progress  # a bar on a terminal, a line every 30 s in a log (progress_bar)
+            with progress_bar("train", ctx, enabled=show, info=True) as bar:
+                result = plugin.train(cfg, on_step=bar.report)
         state = "stopped at the signal" if result.interrupted else "done"
         loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
         typer.echo(f"{state}: {result.steps} steps, {result.tokens:,} tokens, last loss {loss}, in {result.out}")
@@ -101,14 +93,11 @@ def _grid_command(plugin: Any):
     ) -> None:
         """Train every member x seed through the recipe's runs; rerun to continue after a crash."""
         with resumable(Path(out), ctx, resume=GRID_RESUME):
-            try:
-                manifest = plugin.grid(
-                    recipe, out, words(members) if members else None, words(runs) if runs else None,
-                    ints(seeds) if seeds else None, profile, {"data": data} if data else None,
-                    typer.echo, jobs=jobs,
-                )  # fmt: skip
-            except plugin.errors as err:
-                raise fail(err, ctx) from None
+            manifest = plugin.grid(
+                recipe, out, words(members) if members else None, words(runs) if runs else None,
+                ints(seeds) if seeds else None, profile, {"data": data} if data else None,
+                typer.echo, jobs=jobs,
+            )  # fmt: skip
         typer.echo(f"{len(manifest['runs'])} runs finished; manifest: {Path(out) / 'manifest.json'}")
         if manifest.get("interrupted"):  # a run took the Ctrl-C or SIGTERM: it saved a step and stopped
             raise stopped(ctx)
@@ -126,22 +115,15 @@ def _export_command(plugin: Any):
         ] = False,
     ) -> None:
         """Turn a (possibly FSDP-sharded) step checkpoint into a plain checkpoint."""
-        try:
-            typer.echo(f"wrote {plugin.export(step_folder, out, overwrite)}")
-        except plugin.errors as err:
-            raise fail(err, ctx) from None
+        typer.echo(f"wrote {plugin.export(step_folder, out, overwrite)}")
 
     return export
 
 
-def _with_bar(plugin: Any, ctx: typer.Context, title: str, work: Any) -> Any:
-    """``work(report)`` with a progress bar on a terminal (progress lines in a log); the plugin's errors become a
-    message (exit 2)."""
-    try:
-        with progress_bar(title, ctx, info=True) as bar:
-            return work(bar.report)
-    except plugin.errors as err:
-        raise fail(err, ctx) from None
+def _with_bar(ctx: typer.Context, title: str, work: Any) -> Any:
+    """``work(report)`` with a progress bar on a terminal (progress lines in a log)."""
+    with progress_bar(title, ctx, info=True) as bar:
+        return work(bar.report)
 
 
 def _data_commands(plugin: Any, app: typer.Typer) -> None:
@@ -156,7 +138,7 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
     ) -> None:
         """Tokenise local files into memory-mapped shards plus a manifest."""
         man = _with_bar(
-            plugin, ctx, "prepare", lambda report: plugin.prepare(sources, tokenizer, out, dtype, report, overwrite)
+            ctx, "prepare", lambda report: plugin.prepare(sources, tokenizer, out, dtype, report, overwrite)
         )
         typer.echo(f"{out}: {man.total_tokens:,} tokens in {len(man.shards)} shard(s) from {man.documents:,} documents")
 
@@ -184,24 +166,16 @@ def _data_commands(plugin: Any, app: typer.Typer) -> None:
         targets of the loss (copy, associative recall, needles in prose) mixed with prose."""
         from headprobe.text.tasks import TaskMix, TaskSettings
 
-        try:
-            settings = TaskSettings(int_range(distance), int_range(segment), int_range(pairs), queries, split)
-            mix = TaskMix.parse(tasks, settings) if tasks else None
-        except HeadprobeError as err:
-            raise fail(err, ctx) from None
-        man = _with_bar(
-            plugin, ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report, mix, overwrite)
-        )
+        settings = TaskSettings(int_range(distance), int_range(segment), int_range(pairs), queries, split)
+        mix = TaskMix.parse(tasks, settings) if tasks else None
+        man = _with_bar(ctx, "synth", lambda report: plugin.synth(tokens, out, tokenizer, seed, report, mix, overwrite))
         kinds = ", ".join(f"{k} {v}" for k, v in man.extra["documents_by_kind"].items())
         typer.echo(f"{out}: {man.total_tokens:,} tokens, {man.documents:,} documents ({kinds})")
 
     @app.command("verify")
     def verify(ctx: typer.Context, folder: Path) -> None:
         """Check every shard against the SHA-256 in the manifest."""
-        try:
-            tokens, shards = plugin.verify(folder)
-        except plugin.errors as err:
-            raise fail(err, ctx) from None
+        tokens, shards = plugin.verify(folder)
         typer.echo(f"{folder}: {tokens:,} tokens, {shards} shard(s) verified")
 
 
@@ -210,7 +184,9 @@ def _missing(ctx: typer.Context) -> None:
 
 
 def add_trainer_commands(app: typer.Typer) -> None:
-    """Mount ``train`` and ``data`` on ``app``: the trainer plugin's commands, or a note that it is missing."""
+    """Mount ``train`` and ``data`` on ``app``: the trainer plugin's commands, or a note that it is missing. The
+    errors the plugin declares as bad input (``plugin.errors``) are shown as one line, as headprobe's own are
+    (``app.session``'s :attr:`~headprobe.cli.common.Session.user_errors`)."""
     plugin = trainer_plugin()
     train_help = (
         "Train the head-shape models: pretraining (pt), long-context continual pretraining (cpt), fine-tuning "
@@ -220,6 +196,9 @@ def add_trainer_commands(app: typer.Typer) -> None:
         app.command("train", help=train_help)(_missing)
         app.command("data", help="Prepare token shards for training.")(_missing)
         return
+    session = getattr(app, "session", None)
+    if isinstance(session, Session):
+        session.user_errors = tuple(dict.fromkeys((*session.user_errors, *plugin.errors)))
     train_app = typer.Typer(help=train_help, invoke_without_command=True, pretty_exceptions_enable=False)
     train_app.callback()(_stage_command(plugin))
     train_app.command("grid")(_grid_command(plugin))
