@@ -122,15 +122,16 @@ class AblateSettings:
     allow_beyond_trained: bool = False
 
     def validate(self) -> None:
-        """Raise :class:`AblationError` naming the first bad setting (reads no model)."""
+        """Raise a :class:`~headprobe.core.errors.HeadprobeError` naming the first bad setting (reads no model):
+        an :class:`AblationError`, or the error of the parser that refused it (``dtype``: a ``SettingError``;
+        ``prompt_format``: a ``PromptFormatError``; ``needles``: a ``NeedleError``; ``modes``: a
+        ``ChoiceError``); all of them ``ValueError`` s."""
         check_ranges(self, AblationError)
-        try:
-            parse_dtype(self.dtype)
-            parse_prompt_format(self.prompt_format)
-            needle_set(self.needles)
-            [AblationMode(m) for m in self.modes]
-        except ValueError as err:
-            raise AblationError(str(err)) from None
+        parse_dtype(self.dtype)
+        parse_prompt_format(self.prompt_format)
+        needle_set(self.needles)
+        for mode in self.modes:
+            AblationMode(mode)
         if not self.heads:
             raise AblationError("no `heads` to ablate; give top:K, random:K or LAYER.HEAD,LAYER.HEAD")
         specs = [parse_spec(h) for h in self.heads]

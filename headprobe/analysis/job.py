@@ -46,7 +46,7 @@ from headprobe.jobs.provenance import table_meta, write_results
 from headprobe.jobs.record import RunReport
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
 from headprobe.results import Schema
-from headprobe.text.needles import needle_prompt, needle_set
+from headprobe.text.needles import NeedleError, needle_prompt, needle_set
 
 ADDS = ("metrics", "lengths")  # what a rerun into a folder adds to (other settings must stay: check_parts)
 MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`"
@@ -63,7 +63,7 @@ def check_inputs(model: HookedModel, name: str, s: AnalyzeSettings, budget: Memo
             for needle in needle_set(s.needles):
                 try:
                     needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper)
-                except ValueError as err:
+                except NeedleError as err:  # too short for the needle and its question: which model, and the fix
                     raise AnalysisError(f"{name}: {err}; use longer `lengths` for retrieval") from None
         cached = length + s.max_new_tokens if decodes else 0
         topk = s.topk if any(getattr(m, "min_topk", 0) for m in s.chosen()) else 0  # only reordering keeps top keys

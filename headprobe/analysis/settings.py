@@ -83,10 +83,7 @@ class AnalyzeSettings:
     def __post_init__(self) -> None:
         from headprobe.metrics import Rows
 
-        try:
-            self.rows = str(Rows.parse(self.rows))  # its text form; a Rows is taken too
-        except ValueError as err:
-            raise AnalysisError(str(err)) from None
+        self.rows = str(Rows.parse(self.rows))  # its text form; a Rows is taken too (a bad one: SettingError)
 
     @property
     def row_selection(self) -> Rows:
@@ -104,25 +101,22 @@ class AnalyzeSettings:
         return get_metrics(self.metrics)
 
     def validate(self) -> None:
-        """Raise :class:`AnalysisError` naming the first bad setting."""
+        """Raise a :class:`~headprobe.core.errors.HeadprobeError` naming the first bad setting: an
+        :class:`AnalysisError`, or the error of the parser that refused it (``dtype``, ``metrics``: a
+        ``SettingError``; ``needles``: a ``NeedleError``; ``retrieval_span``: a ``ChoiceError``;
+        ``prompt_format``: a ``PromptFormatError``); all of them ``ValueError`` s."""
         from headprobe.hooked import parse_dtype
         from headprobe.metrics.retrieval import Span
         from headprobe.text.needles import needle_set
 
         check_ranges(self, AnalysisError)
-        try:
-            parse_dtype(self.dtype)
-            metrics = self.chosen()
-        except ValueError as err:
-            raise AnalysisError(str(err)) from None
+        parse_dtype(self.dtype)
+        metrics = self.chosen()
         if not metrics:
             raise AnalysisError("no metric requested (`metrics`)")
-        try:
-            needle_set(self.needles)
-            Span(self.retrieval_span)
-            parse_prompt_format(self.prompt_format)
-        except ValueError as err:
-            raise AnalysisError(str(err)) from None
+        needle_set(self.needles)
+        Span(self.retrieval_span)
+        parse_prompt_format(self.prompt_format)
         if not self.lengths:
             raise AnalysisError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
         if repeated := repeated_lengths(self.lengths):

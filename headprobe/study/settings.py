@@ -9,7 +9,7 @@ from typing import Any
 from headprobe.analysis.settings import MIN_LENGTH
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import check_ranges, setting
-from headprobe.text.probes import Probe
+from headprobe.text.probes import Probe, TaskProbeError
 
 
 class StudyError(HeadprobeError, ValueError):
@@ -64,7 +64,7 @@ class StudySettings:
         for spec in self.probes:
             try:
                 Probe.parse(spec)
-            except ValueError as err:
+            except TaskProbeError as err:  # said as the study setting it is
                 raise StudyError(f"`probes`: {err}") from None
         from headprobe.evals.shortctx.items import LOADERS
 

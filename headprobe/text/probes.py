@@ -50,7 +50,7 @@ class Probe:
             raise TaskProbeError(f"probe {spec!r}: expected task@distance, e.g. needle@1000")
         try:
             return cls(Task(m.group(1)), int(m.group(2)))
-        except ValueError as err:
+        except HeadprobeError as err:  # an unknown task (a ChoiceError naming the tasks), said with the probe
             raise TaskProbeError(f"probe {spec!r}: {err}") from None
 
     @property

@@ -109,10 +109,8 @@ class RulerSettings:
                 read_text_file(f, "`haystack_files`")
             except TextFileError as err:
                 raise RulerError(str(err)) from None
-        try:
-            Fit(self.fit), CweRule(self.cwe_rule)
-        except ValueError as err:
-            raise RulerError(str(err)) from None
+        Fit(self.fit)  # an unknown one: a ChoiceError naming the choices
+        CweRule(self.cwe_rule)
         return resolve_tasks(self.tasks)
 
     def to_dict(self) -> dict[str, Any]:
