@@ -32,6 +32,18 @@ def _signals_kept():
     assert after == before, f"the test changed this process's signal handling: {before} -> {after}"
 
 
+@pytest.fixture
+def own_signals():
+    """The command (``_App``) is the program's entry: it takes over the process's Ctrl-C and SIGTERM and leaves
+    them ignored once it has ended (its exit code stands while Python finalises). Called in this process, the
+    test puts them back, so that no command a later test starts inherits them ignored."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    signal.set_wakeup_fd(-1)
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _corpus_cache(tmp_path_factory):
     """One cache folder for the built-in corpus across the session (it is generated on first use)."""

@@ -76,3 +76,120 @@ def test_a_bad_setting_is_a_setting_error_naming_the_setting(value):
 
     with pytest.raises(SettingError, match="`rows`"):
         Rows.parse(value)
+
+
+# A bug deep inside a job (a plain ValueError or RuntimeError from a programming mistake) keeps its traceback:
+# no `except ValueError` on the way up turns it into a one-line user error (issue 39). Each is raised where a
+# broad rewrap stood, or deep in the job's work, after the model has loaded.
+JOB_ARGS = ["--out", "{out}", "--no-progress"]
+BUGS = {
+    "analyze": ("headprobe.analysis.job.needle_prompt", ValueError,
+                ["analyze", "{ckpt}", "--metrics", "retrieval", "--lengths", "256", "--samples", "1"]),
+    "analyze settings": ("headprobe.analysis.settings.parse_prompt_format", ValueError,
+                         ["analyze", "{ckpt}", "--metrics", "entropy", "--lengths", "256"]),
+    "ruler eval": ("headprobe.evals.ruler.evaluate.load_samples", RuntimeError,
+                   ["ruler", "eval", "{ckpt}", "--tasks", "niah_single_1", "--lengths", "256", "--samples", "1"]),
+    "ruler eval settings": ("headprobe.evals.ruler.settings.Fit", ValueError,
+                            ["ruler", "eval", "{ckpt}", "--tasks", "niah_single_1", "--lengths", "256"]),
+    "shortctx eval": ("headprobe.evals.shortctx.evaluate.evaluate_items", RuntimeError,
+                      ["shortctx", "eval", "{ckpt}", "--task", "builtin", "--limit", "2"]),
+    "ablate": ("headprobe.ablation.job.needle_prompts", RuntimeError,
+               ["ablate", "{ckpt}", "--heads", "3.0", "--lengths", "256", "--samples", "1", "--depths", "50"]),
+    "ablate settings": ("headprobe.ablation.settings.AblationMode", ValueError,
+                        ["ablate", "{ckpt}", "--heads", "3.0", "--lengths", "256"]),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    from headprobe.testing import tiny_checkpoint
+
+    return tiny_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", vocab_size=264, max_seq_len=1024)
+
+
+def _bug(monkeypatch, target: str, kind: type[Exception]) -> None:
+    module, _, name = target.rpartition(".")
+
+    def broken(*_args, **_kwargs):
+        raise kind("not a user error: a bug")
+
+    monkeypatch.setattr(importlib.import_module(module), name, broken)
+
+
+@pytest.mark.parametrize("job", list(BUGS))
+def test_a_bug_deep_in_a_job_keeps_its_traceback(monkeypatch, tmp_path, ckpt, job):
+    target, kind, args = BUGS[job]
+    _bug(monkeypatch, target, kind)
+    res = invoke(*(a.format(ckpt=ckpt, out=tmp_path / "out") for a in [*args, *JOB_ARGS]))
+    assert res.exit_code == 1 and type(res.exception) is kind, (res.output, res.exception)
+    assert "not a user error" not in res.output and "error:" not in res.output, res.output
+
+
+def test_a_bug_in_a_study_setting_s_parser_keeps_its_traceback(monkeypatch):
+    from headprobe.study import StudyError, StudySettings
+    from headprobe.text.probes import Probe
+
+    with pytest.raises(StudyError, match="`probes`: probe 'nothing@10': unknown task"):  # a bad probe: a refusal
+        StudySettings.from_dict({"probes": ["nothing@10"]})
+
+    def broken(spec):
+        raise ValueError("not a user error: a bug")
+
+    monkeypatch.setattr(Probe, "parse", broken)
+    with pytest.raises(ValueError, match="not a user error") as err:
+        StudySettings.from_dict({"probes": ["needle@10"]})
+    assert not isinstance(err.value, StudyError)
+
+
+def test_through_the_command_itself_a_bug_is_its_traceback_and_a_refusal_one_line(
+    monkeypatch, tmp_path, ckpt, capsys, own_signals
+):
+    """As a user runs it (``_App``, which the in-process runner bypasses): the bug leaves the command as itself,
+    for Python to print its traceback; the same place in the job refusing on purpose is one line, exit code 2."""
+    from headprobe.cli import app
+    from headprobe.model.config import ConfigError
+
+    args = ["ruler", "eval", str(ckpt), "--tasks", "niah_single_1", "--lengths", "256", "--out", str(tmp_path / "o")]
+    _bug(monkeypatch, "headprobe.evals.ruler.evaluate.load_samples", RuntimeError)
+    with pytest.raises(RuntimeError, match="not a user error"):
+        app([*args, "--no-progress"], prog_name="headprobe")
+    assert "error:" not in capsys.readouterr().err
+
+    def refusal(*_args, **_kwargs):
+        raise ConfigError("`samples` and `batch_size` do not go together here")
+
+    monkeypatch.setattr("headprobe.evals.ruler.evaluate.load_samples", refusal)
+    with pytest.raises(SystemExit) as stop:
+        app([*args, "--no-progress"], prog_name="headprobe")
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --samples and --batch-size do not go together here\n")
+
+
+def test_an_error_raised_anywhere_in_a_command_names_the_flags_of_the_command_that_failed(monkeypatch, tmp_path):
+    """No command catches it: the one place that shows errors (``headprobe.cli._Context``) names the settings as
+    the flags of the (sub)command that failed: ``ruler generate`` has --tokenizer and --overwrite, ``ruler eval``
+    --batch-size and --device; a setting the command does not take stays a name. ``--debug``: the traceback."""
+    import headprobe.evals.ruler
+    import headprobe.evals.ruler.settings
+    from headprobe.core.errors import SettingError
+
+    def refusal(*_args, **_kwargs):
+        raise SettingError("`tokenizer`, `overwrite`, `batch_size` and `device` are wrong together")
+
+    monkeypatch.setattr(headprobe.evals.ruler, "resolve_tasks", refusal)  # what ruler generate calls
+    monkeypatch.setattr(headprobe.evals.ruler.settings, "resolve_tasks", refusal)  # ruler eval's settings check
+    generate = ["ruler", "generate", "--lengths", "256", "--out", tmp_path / "s.jsonl"]
+    refused(invoke(*generate), "error: --tokenizer, --overwrite, batch_size and device are wrong together")
+    evaluate = ["ruler", "eval", tmp_path / "model", "--out", tmp_path / "r"]
+    refused(invoke(*evaluate), "error: tokenizer, overwrite, --batch-size and --device are wrong together")
+    for args in (generate, evaluate):
+        res = invoke("--debug", *args)
+        assert isinstance(res.exception, SettingError) and "error:" not in res.output, res.output
+    assert not (tmp_path / "s.jsonl").exists() and not (tmp_path / "r").exists()
+
+
+def test_the_trainer_plugin_s_errors_are_shown_as_one_line_too():
+    from headprobe.cli import app
+    from headprobe.cli.train import trainer_plugin
+
+    assert set(trainer_plugin().errors) <= set(app.session.user_errors)

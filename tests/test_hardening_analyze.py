@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from importlib.metadata import version
@@ -110,18 +109,6 @@ def test_a_lock_is_released_when_its_holder_dies(tmp_path):
     assert holder.wait(timeout=60) == 3
     with folder_lock(tmp_path):  # taken at once
         pass
-
-
-@pytest.fixture
-def own_signals():
-    """The command (``_App``) is the program's entry: it takes over the process's Ctrl-C and SIGTERM and leaves
-    them ignored once it has ended (its exit code stands while Python finalises). Called in this process, the
-    test puts them back, so that no command a later test starts inherits them ignored."""
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    signal.set_wakeup_fd(-1)
-    for sig, handler in before.items():
-        signal.signal(sig, handler)
 
 
 def test_errors_of_headprobe_show_one_line_and_debug_shows_the_traceback(capsys, own_signals):
