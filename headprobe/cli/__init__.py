@@ -44,6 +44,7 @@ from headprobe.cli.common import (
     refused,
     say_error,
     say_interrupted,
+    session_of,
     usage_arguments,
 )
 from headprobe.cli.train import add_trainer_commands
@@ -208,7 +209,7 @@ class _Context(typer.Context):
         try:
             return super().invoke(callback, *args, **kwargs)
         except Exception as err:
-            if not refused(err, self):
+            if not refused(err, session_of(self)):
                 raise
             raise fail(err, self) from None
 
@@ -311,7 +312,7 @@ class _App(typer.Typer):
         except Exception as err:
             if self.session.interrupted:  # e.g. an import cut short by the interrupt failing on the way out
                 _end_interrupted(self.session)
-            if self.session.debug or not isinstance(err, self.session.user_errors):
+            if not refused(err, self.session):
                 raise
             say_error(err, None)
             typer.secho("(run `headprobe --debug ...` for the traceback)", err=True)

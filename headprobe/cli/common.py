@@ -120,7 +120,7 @@ def on_interrupt(ctx: typer.Context | None, kept: Callable[[], str | None], resu
     ``kept()``, asked once the command has unwound (a sentence, or ``None`` for nothing), and ``resume``, how
     to go on from it; its last line says both (:func:`say_interrupted`). Without a declaration a stopped
     command says that nothing was kept."""
-    session = _session(ctx)
+    session = session_of(ctx)
     if session is not None:
         session.kept, session.resume = kept, resume
 
@@ -129,13 +129,13 @@ def stopped(ctx: typer.Context | None) -> typer.Exit:
     """The end of a command that stopped because of a Ctrl-C or SIGTERM (its work cut short, or a training that
     saved and stopped at the signal): marks its session interrupted and returns the exit (code 130) to raise;
     the command line then says what was kept (:func:`say_interrupted`)."""
-    session = _session(ctx)
+    session = session_of(ctx)
     if session is not None:
         session.interrupted = True
     return typer.Exit(130)
 
 
-def _session(ctx: typer.Context | None) -> Session | None:
+def session_of(ctx: typer.Context | None) -> Session | None:
     """The :class:`Session` of the command ``ctx`` runs (``None`` outside the command, e.g. in tests)."""
     session = ctx.find_root().obj if ctx is not None else None
     return session if isinstance(session, Session) else None
@@ -143,14 +143,14 @@ def _session(ctx: typer.Context | None) -> Session | None:
 
 def interrupted(ctx: typer.Context | None) -> bool:
     """Whether a Ctrl-C or SIGTERM reached the command ``ctx`` runs (its :class:`Session`)."""
-    session = _session(ctx)
+    session = session_of(ctx)
     return session is not None and session.interrupted
 
 
 def served(ctx: typer.Context | None) -> None:
     """A command that runs until a Ctrl-C or SIGTERM (the explorer's server) ended as it should: that signal
     was its end, not an interrupt (exit code 0)."""
-    session = _session(ctx)
+    session = session_of(ctx)
     if session is not None:
         session.interrupted = False
 
@@ -186,13 +186,14 @@ def say_warning(message: str, ctx: typer.Context | None) -> None:
     typer.secho(flagify(message, command_flags(ctx)), fg=typer.colors.YELLOW, err=True)
 
 
-def refused(err: BaseException, ctx: typer.Context | None) -> bool:
-    """Whether the command ``ctx`` runs shows ``err`` as one line, settings named as its flags, exit code 2
-    (:class:`headprobe.cli._Context` does, for every command, whatever raised it): an error of headprobe's own or a
-    missing or unwritable file (:attr:`Session.user_errors`). Not under ``--debug``, which shows its traceback,
-    nor once a Ctrl-C or SIGTERM came (the error is the interrupt's doing: the command ends as interrupted).
-    Any other exception is a bug and keeps its traceback."""
-    session = _session(ctx)
+def refused(err: BaseException, session: Session | None) -> bool:
+    """Whether a command of ``session`` shows ``err`` as one line and exit code 2 (:class:`headprobe.cli._Context`
+    does, settings named as the command's flags, for every command, whatever raised it; :class:`headprobe.cli._App`
+    for one raised outside any command): an error of headprobe's own or a missing or unwritable file
+    (:attr:`Session.user_errors`). Not under ``--debug``, which shows its traceback, nor once a Ctrl-C or SIGTERM
+    came (the error is the interrupt's doing: the command ends as interrupted). Any other exception is a bug and
+    keeps its traceback. ``session`` ``None`` (a command run outside the program, e.g. in tests):
+    :data:`USER_ERRORS`."""
     if session is not None and (session.debug or session.interrupted):
         return False
     return isinstance(err, session.user_errors if session is not None else USER_ERRORS)
@@ -206,7 +207,7 @@ def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> Exce
     ``typer.BadParameter`` of its own checks as one line instead of click's usage panel. An error of headprobe's
     own needs no ``fail``: raised from anywhere in a command, it is shown the same way with that command's flags
     (:func:`refused`)."""
-    session = _session(ctx)
+    session = session_of(ctx)
     if isinstance(err, Exception) and session is not None and session.debug:
         return err
     say_error(err, ctx)
