@@ -9,7 +9,7 @@ import inspect
 import re
 import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,24 +326,69 @@ def option_flag(name: str, flag: str | None = None) -> str:
     return flag or "--" + name.replace("_", "-")
 
 
-def settings_options(settings: type) -> list[inspect.Parameter]:
+def _chosen(settings: type, fields: Sequence[str] | None) -> list[dataclasses.Field]:
+    """The fields of the settings dataclass ``settings`` that a command takes as options: all of them, or
+    those named in ``fields`` (in the dataclass's order); a name that is no field is a bug (``TypeError``)."""
+    known = dataclasses.fields(settings)
+    if fields is None:
+        return list(known)
+    if unknown := sorted(set(fields) - {f.name for f in known}):
+        raise TypeError(f"{settings.__name__} has no field {', '.join(unknown)}")
+    return [f for f in known if f.name in fields]
+
+
+def _list_text(items: Sequence[Any]) -> str:
+    """A list in its comma form, a whole float as an integer (``[0.0, 12.5]`` -> ``0,12.5``)."""
+    return ",".join(str(int(x)) if isinstance(x, float) and x.is_integer() else str(x) for x in items)
+
+
+def _item_type(hint: Any) -> type:
+    """The number type of a list annotation's items (``list[int]``, ``list[float] | None``)."""
+    for arg in typing.get_args(hint):
+        if arg in (int, float):
+            return arg
+        if typing.get_args(arg):
+            return _item_type(arg)
+    return float
+
+
+def numbers(text: str, kind: type = int, option: str = "", example: str = "0,1,2") -> list[Any]:
+    """A comma list of numbers of ``kind`` (``int`` or ``float``), empty items skipped; a malformed item
+    raises ``typer.BadParameter`` naming ``option`` and showing ``example``."""
+    values = []
+    for item in (x.strip() for x in text.split(",")):
+        try:
+            values.extend([kind(item)] if item else [])
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise typer.BadParameter(
+                f"{option} {text!r}: {item!r} is not {what}; write a comma list, e.g. {example}".lstrip()
+            ) from None
+    return values
+
+
+def settings_options(settings: type, fields: Sequence[str] | None = None) -> list[inspect.Parameter]:
     """One keyword parameter per field of the settings dataclass ``settings`` (declared with
-    :func:`headprobe.core.settings.setting`): a typer option with the field's help and default. A list is
-    taken in its text form (``names``: ``a,b``; ``lengths``: ``4096,16k``; ``paths``: the option repeated),
-    any other non-scalar default (``Rows``) as its text."""
+    :func:`headprobe.core.settings.setting`), or per field named in ``fields``: a typer option with the
+    field's flag, help and default. A list is taken in its text form (``names``: ``a,b``; ``numbers``:
+    ``0,1,2``; ``lengths``: ``4096,16k``; ``paths`` and ``texts``: the option repeated), a ``path`` as a
+    path, any other non-scalar default (``Rows``) as its text."""
     hints = typing.get_type_hints(settings)
-    fields = dataclasses.fields(settings)
-    flags = {f.name: option_flag(f.name, f.metadata.get("flag")) for f in fields}
+    chosen = _chosen(settings, fields)
+    flags = {f.name: option_flag(f.name, f.metadata.get("flag")) for f in chosen}
     options = []
-    for f in fields:
-        meta = f.metadata
+    for f in chosen:
+        meta, form = f.metadata, f.metadata.get("form")
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
         annotation: Any = hints[f.name]
-        if meta.get("form") in ("names", "lengths"):
+        if form in ("names", "numbers", "lengths"):
             annotation = str if default is not None else str | None
-            default = None if default is None else ",".join(map(str, default))
-        elif meta.get("form") == "paths":
-            annotation, default = list[Path] | None, None
+            default = None if default is None else _list_text(default)
+        elif form in ("paths", "texts"):
+            annotation = list[Path] | None if form == "paths" else list[str] | None
+            default = None if default is None else list(default)
+        elif form == "path":
+            annotation, default = (Path | None, None) if default is None else (Path, Path(default))
         elif not isinstance(default, str | int | float | bool | None):
             annotation, default = str, str(default)
         decls = (meta["flag"],) if meta.get("flag") else ()
@@ -354,26 +399,37 @@ def settings_options(settings: type) -> list[inspect.Parameter]:
 
 def settings_from(settings: type, values: dict[str, Any]) -> Any:
     """The dataclass ``settings`` from the values of :func:`settings_options`' options (lists parsed from
-    their text form; a malformed one raises ``typer.BadParameter`` naming its flag)."""
+    their text form; a malformed one raises ``typer.BadParameter`` naming its flag); a field without a value
+    in ``values`` keeps its default."""
     fields = {f.name: f for f in dataclasses.fields(settings)}
+    hints = typing.get_type_hints(settings)
     kwargs = {}
     for name, value in values.items():
-        form, flag = fields[name].metadata.get("form"), fields[name].metadata.get("flag")
+        f = fields[name]
+        form, flag = f.metadata.get("form"), option_flag(name, f.metadata.get("flag"))
         if value is not None and form == "names":
             value = words(value)
+        elif value is not None and form == "numbers":
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+            value = numbers(value, _item_type(hints[name]), flag, _list_text(default) if default else "0,1,2")
         elif value is not None and form == "lengths":
-            value = token_counts(value, option_flag(name, flag))
+            value = token_counts(value, flag)
         elif form == "paths":
             value = [str(p) for p in value] if value else None
+        elif value is not None and form in ("texts", "path"):
+            value = [str(x) for x in value] if form == "texts" else str(value)
         kwargs[name] = value
     return settings(**kwargs)
 
 
-def with_settings(command: Callable[..., None], settings: type) -> Callable[..., None]:
-    """``command`` (which takes ``**settings``) with the options of ``settings`` (:func:`settings_options`)
-    in its signature, after its arguments and before its own options, as typer reads it."""
+def with_settings(
+    command: Callable[..., None], settings: type, fields: Sequence[str] | None = None
+) -> Callable[..., None]:
+    """``command`` (which takes ``**settings``) with the options of ``settings`` (:func:`settings_options`:
+    every field, or those named in ``fields``) in its signature, after its arguments and before its own
+    options, as typer reads it."""
     own = list(inspect.signature(command, eval_str=True).parameters.values())
     head = [p for p in own if p.kind is not p.VAR_KEYWORD and p.default is p.empty]  # ctx, the arguments
     tail = [p.replace(kind=p.KEYWORD_ONLY) for p in own if p.kind is not p.VAR_KEYWORD and p.default is not p.empty]
-    command.__signature__ = inspect.Signature([*head, *settings_options(settings), *tail])  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature([*head, *settings_options(settings, fields), *tail])  # type: ignore[attr-defined]
     return command

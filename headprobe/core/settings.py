@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal
 
-Form = Literal["names", "lengths", "paths"]
+Form = Literal["names", "numbers", "lengths", "paths", "texts", "path"]
 
 MAX_TOKENS = 2**24  # the longest input any command takes (16,384K tokens: 64 times the study's 256K)
 
@@ -86,9 +86,12 @@ def setting(
 ) -> Any:
     """A settings field (``default``, or ``factory`` for a list) with its command-line ``help``; ``flag`` when
     the option is not named after the field (``--haystack-file`` for ``haystack``); ``form``, how a list is
-    written on the command line: ``names`` (a comma list), ``lengths`` (token counts, ``4096,16k``) or
-    ``paths`` (the option given once per file); for a number (or a list of numbers) its :class:`Range`:
-    ``minimum`` / ``above`` (excluded), ``maximum`` / ``below`` (excluded)."""
+    written on the command line: ``names`` (a comma list), ``numbers`` (a comma list of the field's numbers,
+    ``0,1,2``), ``lengths`` (token counts, ``4096,16k``), ``paths`` (the option given once per file) or
+    ``texts`` (the option given once per item, an item may hold commas: ``--heads 17.3,18.7``), and ``path``
+    for a text setting that names one file or folder (taken as a path, stored as its text); for a number (or
+    a list of numbers) its :class:`Range`: ``minimum`` / ``above`` (excluded), ``maximum`` / ``below``
+    (excluded)."""
     bounds = Range(minimum, above, maximum, below)
     metadata = {"help": help, "flag": flag, "form": form, "range": bounds if bounds != Range() else None}
     if factory is not None:
