@@ -13,6 +13,7 @@ import typer
 from headprobe.analysis.settings import METRIC_NAMES, AnalyzeSettings
 from headprobe.cli import app
 from headprobe.cli.common import flagify, settings_from
+from headprobe.cli.ruler import GENERATE_SETTINGS
 from headprobe.evals.ruler.settings import RulerSettings
 
 
@@ -23,10 +24,20 @@ def _command(*path: str) -> click.Command:
     return command
 
 
-@pytest.mark.parametrize("path, settings", [(("analyze",), AnalyzeSettings), (("ruler", "eval"), RulerSettings)])
-def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(path, settings):
+@pytest.mark.parametrize(
+    "path, settings, names",
+    [
+        (("analyze",), AnalyzeSettings, None),
+        (("ruler", "eval"), RulerSettings, None),
+        (("ruler", "generate"), RulerSettings, GENERATE_SETTINGS),  # the settings that make samples
+    ],
+)
+def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(path, settings, names):
     params = {p.name: p for p in _command(*path).params}
-    fields = dataclasses.fields(settings)
+    fields = [f for f in dataclasses.fields(settings) if names is None or f.name in names]
+    assert names is None or {f.name for f in fields} == set(names)
+    left_out = {f.name for f in dataclasses.fields(settings)} - {f.name for f in fields}
+    assert not left_out & set(params), sorted(left_out & set(params))  # a selection: the other fields are no options
     assert {f.name for f in fields} <= set(params), sorted({f.name for f in fields} - set(params))
     flags = {name: p.opts[0] for name, p in params.items() if getattr(p, "param_type_name", "") == "option"}
     for f in fields:  # the field's help, settings named in backticks shown as the command's flags

@@ -19,26 +19,34 @@ from headprobe.cli.common import (
     say_error,
     say_warning,
     settings_from,
-    token_counts,
     wide_console,
     with_settings,
 )
-from headprobe.core.settings import MODELS_HELP, PROMPT_FORMAT_HELP, Range
-from headprobe.evals.ruler.settings import CWE_HELP, FIT_HELP, LENGTHS_HELP, RulerSettings
-from headprobe.evals.ruler.tasks import TASKS_HELP
+from headprobe.core.settings import MODELS_HELP, Range
+from headprobe.evals.ruler.resolve import DEFAULT_LENGTH
+from headprobe.evals.ruler.settings import RulerSettings
 
 if TYPE_CHECKING:
     from headprobe.evals.ruler.tables import Coverage
+
+GENERATE_SETTINGS = (
+    "tasks",
+    "lengths",
+    "samples",
+    "seed",
+    "haystack_files",
+    "qa_files",
+    "prompt_format",
+    "fit",
+    "cwe_rule",
+)
+"""The :class:`RulerSettings` fields that ``ruler generate`` takes: those that make the samples (not ``data``,
+which reads samples, nor the model's ``dtype`` and ``allow_beyond_trained``)."""
 
 
 def ruler_generate(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="JSONL file to write")],
-    tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "all",
-    lengths: Annotated[str, typer.Option(help=f"{LENGTHS_HELP}; a task too long for a length is skipped there")] = (
-        "4096"
-    ),
-    samples: Annotated[int, typer.Option(help="samples per task and length"), Range(minimum=1)] = 25,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -46,20 +54,11 @@ def ruler_generate(
             "template)"
         ),
     ] = "byte",
-    seed: int = 42,
-    haystack_files: Annotated[
-        list[Path] | None, typer.Option("--haystack-file", help="text files for the essay haystack")
-    ] = None,
-    qa_files: Annotated[
-        list[Path] | None, typer.Option("--qa-file", help="SQuAD v2 and/or HotpotQA dev JSON files")
-    ] = None,
     reserve: Annotated[
         int, typer.Option(help="tokens kept free for special tokens (e.g. 1 for a BOS)"), Range(minimum=0)
     ] = 0,
-    prompt_format: Annotated[str, typer.Option(help=PROMPT_FORMAT_HELP)] = "auto",
-    fit: Annotated[str, typer.Option(help=FIT_HELP)] = "ruler",
-    cwe_rule: Annotated[str, typer.Option(help=CWE_HELP)] = "ruler",
     overwrite: Annotated[bool, typer.Option(help="replace an existing --out file; without it, it is refused")] = False,
+    **options: Any,
 ) -> None:
     """Generate RULER-style samples fitted to a tokenizer, one JSON object per line. A task whose smallest
     prompt does not fit a length is skipped there, with a warning, and the samples of that length record it
@@ -73,9 +72,13 @@ def ruler_generate(
     from headprobe.text.prompt_format import resolve_wrapper
 
     try:
-        counts = token_counts(lengths)
-    except typer.BadParameter as err:
+        settings = settings_from(RulerSettings, options)
+    except typer.BadParameter as err:  # a malformed list (--lengths): one line, not click's usage panel
         raise fail(err, ctx) from None
+    settings.validate()  # before any tokenizer loads or file is written
+    tasks, counts, samples, seed = settings.tasks, settings.lengths or [DEFAULT_LENGTH], settings.samples, settings.seed
+    haystack_files, qa_files = [Path(f) for f in settings.haystack_files or []], settings.qa_files
+    prompt_format, fit, cwe_rule = settings.prompt_format, settings.fit, settings.cwe_rule
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
     inputs = [p for p in (tokenizer, *(haystack_files or []), *(qa_files or [])) if Path(p).exists()]
@@ -206,4 +209,6 @@ def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-with_settings(ruler_eval, RulerSettings)  # its options: RulerSettings' fields (headprobe.core.settings)
+# their options: RulerSettings' fields (headprobe.core.settings); generate takes those that make samples
+with_settings(ruler_generate, RulerSettings, GENERATE_SETTINGS)
+with_settings(ruler_eval, RulerSettings)

@@ -68,7 +68,8 @@ class RulerSettings:
     )
     lengths: list[int] | None = setting(
         None,
-        help=f"{LENGTHS_HELP} (default: the lengths `data` holds, else 4096)",
+        help=f"{LENGTHS_HELP}; a task too long for a length is skipped there (default: 4096; with `data`, the "
+        "lengths it holds)",
         form="lengths",
         minimum=1,
         maximum=MAX_TOKENS,
