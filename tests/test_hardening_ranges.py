@@ -155,6 +155,7 @@ CHECKED_BY = {
     "train": TrainConfig,
     "analyze": AnalyzeSettings,
     "ruler eval": RulerSettings,
+    "ruler generate": RulerSettings,
     "ablate": AblateSettings,
     "shortctx eval": ShortCtxSettings,
     "data synth": TaskSettings,
