@@ -95,7 +95,7 @@ BUGS = {
                       ["shortctx", "eval", "{ckpt}", "--task", "builtin", "--limit", "2"]),
     "ablate": ("headprobe.ablation.job.needle_prompts", RuntimeError,
                ["ablate", "{ckpt}", "--heads", "3.0", "--lengths", "256", "--samples", "1", "--depths", "50"]),
-    "ablate settings": ("headprobe.ablation.settings.AblationMode", ValueError,
+    "ablate settings": ("headprobe.hooked.ablation.AblationMode", ValueError,
                         ["ablate", "{ckpt}", "--heads", "3.0", "--lengths", "256"]),
 }  # fmt: skip
 

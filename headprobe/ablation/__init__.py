@@ -8,16 +8,22 @@ job       ``ablate(checkpoints, out, settings)``; the ``ablation`` and ``ablatio
 The ablation itself is :meth:`headprobe.hooked.HookedModel.ablate` (:mod:`headprobe.hooked.ablation`).
 """
 
-from headprobe.ablation.job import ABLATION, ABLATION_SAMPLES, ablate
-from headprobe.ablation.settings import AblateSettings, Condition, Ranking, conditions, ranked_heads
+from __future__ import annotations
 
-__all__ = [
-    "ABLATION",
-    "ABLATION_SAMPLES",
-    "AblateSettings",
-    "Condition",
-    "Ranking",
-    "ablate",
-    "conditions",
-    "ranked_heads",
-]
+from headprobe.core.lazy import lazy_exports
+
+_EXPORTS = {
+    "ABLATION": "job",
+    "ABLATION_SAMPLES": "job",
+    "AblateSettings": "settings",
+    "Condition": "settings",
+    "Ranking": "settings",
+    "ablate": "job",
+    "conditions": "settings",
+    "ranked_heads": "settings",
+}
+__all__ = sorted(_EXPORTS)
+
+
+# lazy: the command line builds its options from the settings without torch
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -24,7 +24,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -33,15 +33,15 @@ from headprobe.core.paths import content_keys
 from headprobe.core.resume import repeated_lengths
 from headprobe.core.settings import MAX_TOKENS, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS
-from headprobe.hooked import parse_dtype
-from headprobe.hooked.ablation import AblationError, AblationMode, Head, format_heads, parse_heads
-from headprobe.jobs.provenance import tables_of
-from headprobe.metrics.retrieval import retrieval_tries
-from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.model.config import LayerInfo
 from headprobe.results import read_tables
-from headprobe.text.needles import NEEDLE_SETS, needle_set
 from headprobe.text.prompt_format import parse_prompt_format
+
+if TYPE_CHECKING:
+    from headprobe.hooked.ablation import Head
+
+# torch-free at import (the command line builds ``headprobe ablate``'s options from AblateSettings): the
+# ablation hooks' module, the metrics, the needles and the job's provenance are imported where they are used
 
 NEEDLE_TASK = "needle"  # the analyze needles, scored as Wu et al. keep a sample (ROUGE-1 recall > 0.5)
 ABLATABLE_TASKS = (NEEDLE_TASK, *(name for name in TASKS if name.startswith("niah")))
@@ -61,6 +61,8 @@ class Condition:
     def label(self) -> str:
         """A file-name-safe name unique among a run's conditions, e.g. ``baseline``, ``top10-zero``,
         ``random10-zero-s2``, ``heads-17.3_18.7-mean``."""
+        from headprobe.hooked.ablation import format_heads
+
         if self.condition == "baseline":
             return "baseline"
         what = (
@@ -71,6 +73,8 @@ class Condition:
         return "-".join([what, self.mode, *([f"s{self.seed}"] if self.seed >= 0 else [])])
 
     def columns(self) -> dict[str, Any]:
+        from headprobe.hooked.ablation import format_heads
+
         return {
             "condition": self.condition,
             "mode": self.mode,
@@ -126,6 +130,10 @@ class AblateSettings:
         an :class:`AblationError`, or the error of the parser that refused it (``dtype``: a ``SettingError``;
         ``prompt_format``: a ``PromptFormatError``; ``needles``: a ``NeedleError``; ``modes``: a
         ``ChoiceError``); all of them ``ValueError`` s."""
+        from headprobe.hooked import parse_dtype
+        from headprobe.hooked.ablation import AblationError, AblationMode
+        from headprobe.text.needles import needle_set
+
         check_ranges(self, AblationError)
         parse_dtype(self.dtype)
         parse_prompt_format(self.prompt_format)
@@ -163,11 +171,15 @@ class AblateSettings:
     def files(self) -> dict[str, dict[str, str]]:
         """The input files given, by content (:func:`headprobe.core.paths.content_keys`): a needles file's;
         empty for a built-in needle set."""
+        from headprobe.text.needles import NEEDLE_SETS
+
         return content_keys(needles=None if self.needles in NEEDLE_SETS else self.needles)
 
 
 def parse_spec(spec: str) -> tuple[str, int | list[Head]]:
     """``top:K`` -> ``("top", K)``, ``random:K`` -> ``("random", K)``, ``17.3,18.7`` -> ``("heads", [...])``."""
+    from headprobe.hooked.ablation import AblationError, parse_heads
+
     kind, colon, count = spec.partition(":")
     if colon:
         if kind not in ("top", "random") or not count.isdigit() or int(count) < 1:
@@ -192,6 +204,8 @@ class Ranking:
     @property
     def retrieval_heads(self) -> set[Head]:
         """Heads at or above the retrieval-head threshold (the study's rule, docs/metrics.md)."""
+        from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
+
         return {h for h, v in self.scores.items() if v >= RETRIEVAL_THRESHOLD}
 
     def below_threshold(self, k: int) -> int:
@@ -202,6 +216,8 @@ class Ranking:
     def check_fits(self, layers: Sequence[LayerInfo], name: str, checkpoint: str | Path) -> None:
         """Refuse a ranking whose table describes a model of another shape than ``name``'s (``layers``):
         its heads would be ablated in another model, or be heads this one lacks."""
+        from headprobe.hooked.ablation import AblationError
+
         mine = tuple(info.n_heads for info in layers)
         if self.shape and self.shape != mine:
             raise AblationError(
@@ -235,6 +251,10 @@ def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: 
     (:func:`headprobe.jobs.provenance.tables_of`: a GGUF file's results serve its converted folder, and back; without a
     ``checkpoint``, those of ``name``). Raises :class:`AblationError` when there is none, or no sample was
     kept."""
+    from headprobe.hooked.ablation import AblationError, Head
+    from headprobe.jobs.provenance import tables_of
+    from headprobe.metrics.retrieval import retrieval_tries
+
     found = [t for t in read_tables(from_results, "retrieval", recursive=True) if len(t.frame)]
     if not found:
         raise AblationError(
@@ -269,6 +289,9 @@ def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: 
 def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
     """Refuse a ``top:K`` of ``s.heads`` that asks for more heads than copied the needle at all in the
     ranking's table (the rest would be heads scoring 0, picked by their index, not by any score)."""
+    from headprobe.hooked.ablation import AblationError
+    from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
+
     ranked = [] if ranking is None else ranking.heads
     for kind, k in (parse_spec(h) for h in s.heads):
         if kind == "top" and len(ranked) < k:  # type: ignore[operator]
@@ -287,6 +310,8 @@ def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
 def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | None) -> list[Condition]:
     """The baseline, then every head set of ``s.heads`` in every mode. ``all_heads``: the model's heads;
     ``ranking``: :func:`ranked_heads` (needed for ``top`` sets, and to keep random sets off retrieval heads)."""
+    from headprobe.hooked.ablation import AblationError
+
     specs = [parse_spec(h) for h in s.heads]
     tops = [k for kind, k in specs if kind == "top"]
     ranked = [] if ranking is None else ranking.heads
