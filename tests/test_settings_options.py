@@ -1,15 +1,18 @@
-"""Settings declared once (issue 30): ``headprobe analyze`` and ``headprobe ruler eval`` take their options,
-defaults and help from the settings dataclasses the library takes, so a command line without options gives
-exactly the library's default settings."""
+"""Settings declared once (issues 30, 39): ``headprobe analyze``, ``ablate``, ``ruler eval``, ``ruler generate``
+(the settings that make samples) take their options, defaults and help from the settings
+dataclasses the library takes, so a command line without options gives exactly the library's default settings."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import click
 import pytest
 import typer
+from cli_checks import invoke, refused
 
+from headprobe.ablation.settings import AblateSettings
 from headprobe.analysis.settings import METRIC_NAMES, AnalyzeSettings
 from headprobe.cli import app
 from headprobe.cli.common import flagify, settings_from
@@ -30,6 +33,7 @@ def _command(*path: str) -> click.Command:
         (("analyze",), AnalyzeSettings, None),
         (("ruler", "eval"), RulerSettings, None),
         (("ruler", "generate"), RulerSettings, GENERATE_SETTINGS),  # the settings that make samples
+        (("ablate",), AblateSettings, None),
     ],
 )
 def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(path, settings, names):
@@ -53,6 +57,28 @@ def test_list_settings_are_read_from_their_text_forms():
     assert s.rows == "last:8" and s.row_selection.n == 8
     with pytest.raises(typer.BadParameter, match="--lengths"):
         settings_from(AnalyzeSettings, {"lengths": "4096,lots"})
+
+
+def test_ablate_s_lists_are_read_from_their_text_forms():
+    given = {"heads": ["top:4", "17.3,18.7"], "from_results": Path("runs/a/"), "modes": "zero,mean"}
+    given |= {"seeds": "3, 4,", "tasks": "needle,niah_single_1", "lengths": "1536,2k", "depths": "0,12.5,100"}
+    s = settings_from(AblateSettings, given)
+    assert s.heads == ["top:4", "17.3,18.7"] and s.from_results == "runs/a" and s.modes == ["zero", "mean"]
+    assert s.seeds == [3, 4] and s.tasks == ["needle", "niah_single_1"] and s.lengths == [1536, 2048]
+    assert s.depths == [0.0, 12.5, 100.0] and all(isinstance(d, float) for d in s.depths)
+    for flag, text, why in [
+        ("seeds", "0,x", r"--seeds '0,x': 'x' is not an integer; write a comma list, e.g. 0,1,2"),
+        ("seeds", "0,1.5", r"--seeds '0,1.5': '1.5' is not an integer"),
+        ("depths", "0,half", r"--depths '0,half': 'half' is not a number; write a comma list, e.g. 0,25,50,75,100"),
+        ("lengths", "2k,lots", r"--lengths '2k,lots': 'lots' is not a positive token count"),
+    ]:
+        with pytest.raises(typer.BadParameter, match=f"^{why}"):
+            settings_from(AblateSettings, {flag: text})
+
+
+@pytest.mark.parametrize("args", [["--seeds", "0,x"], ["--depths", "0,half"], ["--lengths", "2k,lots"]])
+def test_a_malformed_list_of_ablate_is_one_line_naming_its_flag(tmp_path, args):
+    refused(invoke("ablate", tmp_path, *args, "--out", tmp_path / "out"), f"{args[0]} '{args[1]}': ")
 
 
 def test_the_metric_names_known_without_torch_are_the_registry_s():

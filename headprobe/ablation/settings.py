@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ import pandas as pd
 from headprobe.analysis.settings import MIN_LENGTH
 from headprobe.core.paths import content_keys
 from headprobe.core.resume import repeated_lengths
-from headprobe.core.settings import MAX_TOKENS, check_ranges, setting
+from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, check_ranges, setting
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.model.config import LayerInfo
 from headprobe.results import read_tables
@@ -110,20 +110,47 @@ class AblateSettings:
         allow_beyond_trained: lengths beyond what the model was trained on (refused otherwise).
     """
 
-    heads: list[str] = field(default_factory=lambda: ["top:10", "random:10"])
-    from_results: str | None = None
-    modes: list[str] = field(default_factory=lambda: ["zero"])
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    tasks: list[str] = field(default_factory=lambda: [NEEDLE_TASK])
-    lengths: list[int] = setting(factory=lambda: [2048], minimum=MIN_LENGTH, maximum=MAX_TOKENS)
-    depths: list[float] = setting(factory=lambda: [0.0, 25.0, 50.0, 75.0, 100.0], minimum=0, maximum=100)
-    samples: int = setting(2, minimum=1)
-    needles: str = "builtin"
-    prompt_format: str = "auto"
-    seed: int = 0
-    max_new_tokens: int = setting(32, minimum=1)
-    dtype: str | None = None
-    allow_beyond_trained: bool = False
+    heads: list[str] = setting(
+        factory=lambda: ["top:10", "random:10"],
+        help="a head set to ablate (repeat for several): top:K (the K best by retrieval score in `from_results`), "
+        "random:K (K random heads outside the top set, one set per `seeds`), or LAYER.HEAD,LAYER.HEAD (e.g. 17.3,18.7)",
+        form="texts",
+    )
+    from_results: str | None = setting(
+        None, help="a `headprobe analyze --metrics retrieval` output: ranks heads for top:K", flag="--from", form="path"
+    )
+    modes: list[str] = setting(
+        factory=lambda: ["zero"], help="comma list of zero (the head writes nothing) | mean (its mean)", form="names"
+    )
+    seeds: list[int] = setting(
+        factory=lambda: [0, 1, 2], help="comma list of seeds, one random set each", form="numbers"
+    )
+    tasks: list[str] = setting(
+        factory=lambda: [NEEDLE_TASK],
+        help="comma list of needle (the analyze needles) and RULER niah_* tasks",
+        form="names",
+    )
+    lengths: list[int] = setting(
+        factory=lambda: [2048],
+        help="comma list of prompt lengths in tokens (1536,2k)",
+        form="lengths",
+        minimum=MIN_LENGTH,
+        maximum=MAX_TOKENS,
+    )
+    depths: list[float] = setting(
+        factory=lambda: [0.0, 25.0, 50.0, 75.0, 100.0],
+        help="needle depths in percent",
+        form="numbers",
+        minimum=0,
+        maximum=100,
+    )
+    samples: int = setting(2, help="prompts per length and depth (needle) or per length (RULER)", minimum=1)
+    needles: str = setting("builtin", help="builtin | codes | a .jsonl file of needles")
+    prompt_format: str = setting("auto", help=PROMPT_FORMAT_HELP)
+    seed: int = setting(0, help="haystack and RULER sample seed")
+    max_new_tokens: int = setting(32, help="decoding budget of a needle answer", minimum=1)
+    dtype: str | None = setting(None, help=DTYPE_HELP)
+    allow_beyond_trained: bool = setting(False, help="lengths beyond what a model was trained on (refused otherwise)")
 
     def validate(self) -> None:
         """Raise a :class:`~headprobe.core.errors.HeadprobeError` naming the first bad setting (reads no model):
