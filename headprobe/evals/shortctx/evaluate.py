@@ -18,7 +18,7 @@ import pandas as pd
 from headprobe.core.paths import CONTENT, content_keys
 from headprobe.core.progress import Progress, Silent
 from headprobe.core.resume import done_earlier, resume_key
-from headprobe.core.settings import check_ranges, setting
+from headprobe.core.settings import DTYPE_HELP, check_ranges, setting
 from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
 from headprobe.evals.shortctx.scoring import evaluate_items
 from headprobe.hooked import load_model, parse_dtype
@@ -64,10 +64,10 @@ class ShortCtxSettings:
         dtype: the model's dtype (:data:`headprobe.hooked.DTYPES`); ``None`` = as saved.
     """
 
-    task: str = BUILTIN
-    file: str | None = None
-    limit: int | None = setting(None, minimum=1)
-    dtype: str | None = None
+    task: str = setting(BUILTIN, help=f"{BUILTIN}, {', '.join(LOADERS)}")
+    file: str | None = setting(None, help="the task's local file (original format)", form="path")
+    limit: int | None = setting(None, help="evaluate only the first N items", minimum=1)
+    dtype: str | None = setting(None, help=DTYPE_HELP)
 
     def validate(self) -> None:
         """Raise naming the first bad setting (a number out of its range, a bad dtype, an unknown task, a task
