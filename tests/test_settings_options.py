@@ -1,5 +1,5 @@
 """Settings declared once (issues 30, 39): ``headprobe analyze``, ``ablate``, ``ruler eval``, ``ruler generate``
-(the settings that make samples) take their options, defaults and help from the settings
+(the settings that make samples) and ``shortctx eval`` take their options, defaults and help from the settings
 dataclasses the library takes, so a command line without options gives exactly the library's default settings."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from headprobe.cli import app
 from headprobe.cli.common import flagify, settings_from
 from headprobe.cli.ruler import GENERATE_SETTINGS
 from headprobe.evals.ruler.settings import RulerSettings
+from headprobe.evals.shortctx.evaluate import ShortCtxSettings
 
 
 def _command(*path: str) -> click.Command:
@@ -34,6 +35,7 @@ def _command(*path: str) -> click.Command:
         (("ruler", "eval"), RulerSettings, None),
         (("ruler", "generate"), RulerSettings, GENERATE_SETTINGS),  # the settings that make samples
         (("ablate",), AblateSettings, None),
+        (("shortctx", "eval"), ShortCtxSettings, None),
     ],
 )
 def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(path, settings, names):
