@@ -65,6 +65,8 @@ def test_benchmarks_import_the_installed_package():
         "headprobe.analysis.settings",  # the command line builds analyze's options from it
         "headprobe.evals.ruler.settings",  # and ruler eval's (and ruler generate's)
         "headprobe.ablation.settings",  # and ablate's
+        "headprobe.evals.shortctx.settings",  # and shortctx eval's
+        "headprobe.cli",  # every command's options built, none of its work loaded
         "headprobe.evals.ruler.resolve",  # ruler eval's settings made concrete, before any model loads
         "headprobe.jobs.parts",  # a job's finished parts (the results format and the foundation only)
     ],

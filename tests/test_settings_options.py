@@ -18,7 +18,7 @@ from headprobe.cli import app
 from headprobe.cli.common import flagify, settings_from
 from headprobe.cli.ruler import GENERATE_SETTINGS
 from headprobe.evals.ruler.settings import RulerSettings
-from headprobe.evals.shortctx.evaluate import ShortCtxSettings
+from headprobe.evals.shortctx.settings import ShortCtxSettings
 
 
 def _command(*path: str) -> click.Command:

@@ -9,7 +9,7 @@ import typer
 
 from headprobe.cli.common import check_run, resumable, say_error, settings_from, with_settings
 from headprobe.core.settings import MODELS_HELP, Range
-from headprobe.evals.shortctx.evaluate import ShortCtxSettings
+from headprobe.evals.shortctx.settings import ShortCtxSettings
 
 
 def shortctx_eval(

@@ -4,23 +4,29 @@
 items      ``Item``; loaders for ARC, HellaSwag, WinoGrande, RACE, PIQA, OpenBookQA, CommonsenseQA; JSONL;
            a built-in set
 scoring    ``loglikelihoods`` (right-padded batches), ``evaluate_items`` (acc, acc_norm)
+settings   ``ShortCtxSettings``: what decides an evaluation's numbers (no torch: the command line's options)
 evaluate   ``evaluate`` / ``evaluate_many``: ``headprobe shortctx eval``, as tidy tables
 lmeval     ``HeadprobeLM``: any headprobe model behind lm-evaluation-harness' ``LM`` interface
 =========  =========================================================================================
 """
 
-from headprobe.evals.shortctx.items import LOADERS, Item, ShortCtxError, builtin_items, load_task
-from headprobe.evals.shortctx.lmeval import HeadprobeLM
-from headprobe.evals.shortctx.scoring import evaluate_items, loglikelihood, loglikelihoods
+from __future__ import annotations
 
-__all__ = [
-    "LOADERS",
-    "HeadprobeLM",
-    "Item",
-    "ShortCtxError",
-    "builtin_items",
-    "evaluate_items",
-    "load_task",
-    "loglikelihood",
-    "loglikelihoods",
-]
+from headprobe.core.lazy import lazy_exports
+
+_EXPORTS = {
+    "LOADERS": "items",
+    "HeadprobeLM": "lmeval",
+    "Item": "items",
+    "ShortCtxError": "items",
+    "builtin_items": "items",
+    "evaluate_items": "scoring",
+    "load_task": "items",
+    "loglikelihood": "scoring",
+    "loglikelihoods": "scoring",
+}
+__all__ = sorted(_EXPORTS)
+
+
+# lazy: the command line builds its options from the settings without torch
+__getattr__ = lazy_exports(__name__, _EXPORTS)
