@@ -352,17 +352,19 @@ def _item_type(hint: Any) -> type:
     return float
 
 
-def numbers(text: str, kind: type = int, option: str = "", example: str = "0,1,2") -> list[Any]:
+def numbers(text: str, kind: type, option: str, example: str) -> list[Any]:
     """A comma list of numbers of ``kind`` (``int`` or ``float``), empty items skipped; a malformed item
     raises ``typer.BadParameter`` naming ``option`` and showing ``example``."""
     values = []
     for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
         try:
-            values.extend([kind(item)] if item else [])
+            values.append(kind(item))
         except ValueError:
             what = "an integer" if kind is int else "a number"
             raise typer.BadParameter(
-                f"{option} {text!r}: {item!r} is not {what}; write a comma list, e.g. {example}".lstrip()
+                f"{option} {text!r}: {item!r} is not {what}; write a comma list, e.g. {example}"
             ) from None
     return values
 
@@ -416,8 +418,10 @@ def settings_from(settings: type, values: dict[str, Any]) -> Any:
             value = token_counts(value, flag)
         elif form == "paths":
             value = [str(p) for p in value] if value else None
-        elif value is not None and form in ("texts", "path"):
-            value = [str(x) for x in value] if form == "texts" else str(value)
+        elif value is not None and form == "texts":
+            value = [str(x) for x in value]
+        elif value is not None and form == "path":
+            value = str(value)
         kwargs[name] = value
     return settings(**kwargs)
 
