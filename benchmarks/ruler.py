@@ -98,7 +98,7 @@ def main() -> None:
 
     import torch
 
-    from headprobe.evals.ruler.evaluate import evaluate
+    from headprobe.evals.ruler.job import evaluate
     from headprobe.evals.ruler.resolve import resolve_run
     from headprobe.evals.ruler.settings import RulerSettings
     from headprobe.model.checkpoint import save_checkpoint

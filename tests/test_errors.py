@@ -87,11 +87,11 @@ BUGS = {
                 ["analyze", "{ckpt}", "--metrics", "retrieval", "--lengths", "256", "--samples", "1"]),
     "analyze settings": ("headprobe.analysis.settings.parse_prompt_format", ValueError,
                          ["analyze", "{ckpt}", "--metrics", "entropy", "--lengths", "256"]),
-    "ruler eval": ("headprobe.evals.ruler.evaluate.load_samples", RuntimeError,
+    "ruler eval": ("headprobe.evals.ruler.job.load_samples", RuntimeError,
                    ["ruler", "eval", "{ckpt}", "--tasks", "niah_single_1", "--lengths", "256", "--samples", "1"]),
     "ruler eval settings": ("headprobe.evals.ruler.settings.Fit", ValueError,
                             ["ruler", "eval", "{ckpt}", "--tasks", "niah_single_1", "--lengths", "256"]),
-    "shortctx eval": ("headprobe.evals.shortctx.evaluate.evaluate_items", RuntimeError,
+    "shortctx eval": ("headprobe.evals.shortctx.job.evaluate_items", RuntimeError,
                       ["shortctx", "eval", "{ckpt}", "--task", "builtin", "--limit", "2"]),
     "ablate": ("headprobe.ablation.job.needle_prompts", RuntimeError,
                ["ablate", "{ckpt}", "--heads", "3.0", "--lengths", "256", "--samples", "1", "--depths", "50"]),
@@ -150,7 +150,7 @@ def test_through_the_command_itself_a_bug_is_its_traceback_and_a_refusal_one_lin
     from headprobe.model.config import ConfigError
 
     args = ["ruler", "eval", str(ckpt), "--tasks", "niah_single_1", "--lengths", "256", "--out", str(tmp_path / "o")]
-    _bug(monkeypatch, "headprobe.evals.ruler.evaluate.load_samples", RuntimeError)
+    _bug(monkeypatch, "headprobe.evals.ruler.job.load_samples", RuntimeError)
     with pytest.raises(RuntimeError, match="not a user error"):
         app([*args, "--no-progress"], prog_name="headprobe")
     assert "error:" not in capsys.readouterr().err
@@ -158,7 +158,7 @@ def test_through_the_command_itself_a_bug_is_its_traceback_and_a_refusal_one_lin
     def refusal(*_args, **_kwargs):
         raise ConfigError("`samples` and `batch_size` do not go together here")
 
-    monkeypatch.setattr("headprobe.evals.ruler.evaluate.load_samples", refusal)
+    monkeypatch.setattr("headprobe.evals.ruler.job.load_samples", refusal)
     with pytest.raises(SystemExit) as stop:
         app([*args, "--no-progress"], prog_name="headprobe")
     assert stop.value.code == 2
@@ -193,3 +193,22 @@ def test_the_trainer_plugin_s_errors_are_shown_as_one_line_too():
     from headprobe.cli.train import trainer_plugin
 
     assert set(trainer_plugin().errors) <= set(app.session.user_errors)
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["analyze", "m", "--lengths", "4096,lots"], "--lengths"),
+        (["ablate", "m", "--seeds", "0,x"], "--seeds '0,x'"),
+        (["ruler", "eval", "m", "--lengths", "2k,x"], "--lengths"),
+        (["study", "--seeds", "0,x"], "'0,x'"),  # click's usage panel before: errors become flags in one place
+        (["train", "grid", "--recipe", "toy", "--seeds", "0,x"], "'0,x'"),
+    ],
+)
+def test_a_malformed_option_text_is_one_line_from_every_command(args, says, tmp_path):
+    """A command's own check of an option's text (``typer.BadParameter``) is shown where every refusal is,
+    ``headprobe.cli._Context``: one line and exit code 2, with no command catching it, and nothing written."""
+    res = invoke(*args, "--out", tmp_path / "out")
+    text = refused(res, says)
+    assert "Usage:" not in text and "Traceback" not in text
+    assert not (tmp_path / "out").exists()

@@ -12,7 +12,7 @@ import pytest
 from click.testing import Result
 from typer.testing import CliRunner
 
-import headprobe.evals.ruler.evaluate as evaluate_mod
+import headprobe.evals.ruler.job as evaluate_mod
 from headprobe.cli import app
 from headprobe.evals.ruler import RulerGenerator
 from headprobe.evals.ruler.tasks import GROUPS, TASKS

@@ -20,7 +20,7 @@ from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.cli import app
 from headprobe.core.settings import Range, check_ranges
 from headprobe.evals.ruler.settings import RulerSettings
-from headprobe.evals.shortctx.evaluate import ShortCtxSettings
+from headprobe.evals.shortctx.settings import ShortCtxSettings
 from headprobe.study.settings import StudySettings
 from headprobe.testing import tiny_checkpoint
 from headprobe.text.tasks import TaskSettings

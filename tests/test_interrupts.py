@@ -379,7 +379,7 @@ def inputs(ckpt, tmp_path_factory) -> dict[str, Path]:
             NOTHING,
         ),
         (
-            "headprobe.evals.shortctx.evaluate:evaluate_many@1=SIGINT",
+            "headprobe.evals.shortctx.job:evaluate_many@1=SIGINT",
             ["shortctx", "eval", "{ckpt}", "--out", "{out}"],
             NOTHING,
         ),

@@ -11,11 +11,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import headprobe.evals.ruler.evaluate as evaluate_mod
+import headprobe.evals.ruler.job as evaluate_mod
 from headprobe.cli import app
 from headprobe.evals.ruler import TASKS, RulerError, RulerGenerator, resolve_tasks, string_match_all, string_match_part
 from headprobe.evals.ruler import templates as T
-from headprobe.evals.ruler.evaluate import evaluate
+from headprobe.evals.ruler.job import evaluate
 from headprobe.evals.ruler.qa import load_hotpotqa, load_squad
 from headprobe.evals.ruler.resolve import resolve_run
 from headprobe.evals.ruler.settings import RulerSettings

@@ -2,7 +2,7 @@
 
 ========  ===========================================================================================
 settings  ``AblateSettings``; head sets (``top:K``, ``random:K``, ``L.H,...``) made into conditions
-job       ``ablate(checkpoints, out, settings)``; the ``ablation`` and ``ablation_samples`` tables
+job       ``AblateJob`` and ``ablate(checkpoints, out, settings)``; the ``ablation`` and ``ablation_samples`` tables
 ========  ===========================================================================================
 
 The ablation itself is :meth:`headprobe.hooked.HookedModel.ablate` (:mod:`headprobe.hooked.ablation`).
@@ -15,6 +15,7 @@ from headprobe.core.lazy import lazy_exports
 _EXPORTS = {
     "ABLATION": "job",
     "ABLATION_SAMPLES": "job",
+    "AblateJob": "job",
     "AblateSettings": "settings",
     "Condition": "settings",
     "Ranking": "settings",

@@ -38,15 +38,16 @@ from headprobe.ablation.settings import (
     ranked_heads,
 )
 from headprobe.core.paths import CONTENT
-from headprobe.core.progress import Progress, Silent
+from headprobe.core.progress import Progress
 from headprobe.core.resume import done_earlier, resume_key
-from headprobe.evals.ruler.evaluate import decode_batch_size
 from headprobe.evals.ruler.generate import RulerGenerator
+from headprobe.evals.ruler.job import decode_batch_size
 from headprobe.evals.ruler.scoring import postprocess
 from headprobe.evals.ruler.tasks import TASKS
-from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.hooked.ablation import AblationMode, Head, check_heads
-from headprobe.jobs.checkpoints import checkpoint_name, run_models
+from headprobe.hooked import HookedModel, load_model, parse_dtype
+from headprobe.hooked.ablation import AblationError, AblationMode, Head, check_heads
+from headprobe.jobs.checkpoints import checkpoint_name
+from headprobe.jobs.job import Env, Job, Plan, Target, run_job
 from headprobe.jobs.parts import Parts, check_parts
 from headprobe.jobs.provenance import table_meta, write_results
 from headprobe.jobs.record import RunReport
@@ -170,79 +171,107 @@ def accuracy_table(samples: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def ablate_checkpoint(
-    path: Path,
-    name: str,
-    folder: Path,
-    s: AblateSettings,
-    ranking: Ranking | None,
-    device: str,
-    progress: Progress,
-    memory: int | None,
-) -> pd.DataFrame:
-    """Every condition of one model into ``folder`` (finished parts skipped); returns its ``ablation``
-    table. ``ranking``: the model's heads by retrieval score (:func:`ranked_heads`), ``None`` without
-    ``from_results``."""
-    if ranking is not None and ranking.model != name:
-        progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
-    for k in sorted({int(k) for kind, k in map(parse_spec, s.heads) if kind == "top"}):  # type: ignore[call-overload]
-        if ranking is not None and (weak := ranking.below_threshold(k)):
-            progress.log(
-                f"{name}: top:{k} holds {weak} heads scoring below the retrieval-head threshold "
-                f"{RETRIEVAL_THRESHOLD} (only {len(ranking.retrieval_heads)} of its heads are retrieval heads)"
-            )
-    warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
-    if warning:
-        progress.log(f"{name}: {warning}")
-    model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
-    every = [Head(info.index, h) for info in model.layers for h in range(info.n_heads)]
-    if ranking is not None:  # a table of another model's shape is refused before any head is chosen from it
-        ranking.check_fits(model.layers, name, path)
-    runs = conditions(s, every, ranking)
-    for c in runs:  # heads the model lacks (named ones, or a table of another model) fail before any decoding
-        check_heads(c.heads, model.layers, name)
-    wrapper = model.prompt_wrapper(s.prompt_format)
-    prompts: dict[tuple[str, int], list[Prompt]] = {}
-    for length in s.lengths:
-        model.check_length(length + max(s.max_new_tokens, 128))
-        for task in s.tasks:
-            made = (
-                needle_prompts(model, s, length, wrapper)
-                if task == NEEDLE_TASK
-                else ruler_prompts(model, s, task, length, wrapper)
-            )
-            prompts[task, length] = made
-    parts = Parts(folder)
-    batch = {n: decode_batch_size(model, n, memory) for n in s.lengths}
-    items = [(c, task, length) for c in dict.fromkeys(runs) for (task, length) in prompts]  # a set named twice: once
-    keys = [item_key(s, path, model, wrapper, c, task, length) for c, task, length in items]
-    check_parts(parts, keys, folder, FREE, by="task", own=("depths",))  # a rerun adds conditions, never mixes
-    progress.start(sum(len(prompts[t, n]) for _, t, n in items), name)
-    names = []
-    for c, task, length in items:
-        item = f"{c.label}-{task}-{length}"
-        names.append(item)
-        key = item_key(s, path, model, wrapper, c, task, length)
-        if parts.done(ABLATION_SAMPLES.table, item, key):
-            progress.log(done_earlier(f"{name} {c.label} {task} @ {length:,}", 1, 1))
-            progress.advance(len(prompts[task, length]))
-            continue
-        progress.describe(f"{name} {c.label} {task} @ {length:,}")
-        answers = decode_prompts(model, prompts[task, length], c, batch[length], progress)
-        frame = sample_rows(c, prompts[task, length], answers).assign(model=name)
-        meta = table_meta(ABLATION_SAMPLES.table, name, path, s.to_dict(), key=key)
-        parts.write(ABLATION_SAMPLES, item, frame, meta)
-    held = parts.keys(ABLATION_SAMPLES.table)  # this run's items, and those earlier runs added to the folder
-    names += sorted(item for item in held if item not in names and held[item] is not None)
-    samples = parts.gather(ABLATION_SAMPLES.table, names)
-    table = accuracy_table(samples)
-    settings = held_settings(s, [k for k in (held[item] for item in names) if k is not None])
-    write_results(folder, name, path, settings, [(ABLATION_SAMPLES, samples), (ABLATION, table)], model.facts())
-    return table
+class AblateJob(Job[AblateSettings]):
+    """``headprobe ablate`` (the module docstring): every condition of one model, each decoding the same
+    prompts. :meth:`prepare` ranks each checkpoint's heads by its retrieval scores (``from_results``) once
+    for the run, and refuses a missing or unusable table before any model loads."""
+
+    command = "ablate"
+    adds = ("heads", "modes", "seeds", "tasks", "lengths")  # the settings a rerun's new items come from
+
+    def __init__(self, settings: AblateSettings) -> None:
+        super().__init__(settings)
+        self.rankings: dict[Path, Ranking | None] = {}
+
+    def reads(self) -> list[str | Path | None]:
+        return [self.settings.from_results, self.settings.needles]
+
+    def prepare(self, checkpoints: Sequence[Path]) -> None:
+        s = self.settings
+        for path in checkpoints:
+            ranking = ranked_heads(s.from_results, path, checkpoint_name(path)) if s.from_results else None
+            check_tops(s, ranking)
+            self.rankings[path] = ranking
+
+    def plan(self, target: Target, env: Env) -> Plan[Item]:
+        """Every condition x task x length of one model not finished earlier (the prompts made once, the
+        same for every condition); it finishes with the model's ``ablation`` table."""
+        s, progress, name, path, folder = self.settings, env.progress, target.name, target.path, target.folder
+        ranking = self.rankings.get(path)
+        if ranking is not None and ranking.model != name:
+            progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
+        for k in sorted({int(k) for kind, k in map(parse_spec, s.heads) if kind == "top"}):  # type: ignore[call-overload]
+            if ranking is not None and (weak := ranking.below_threshold(k)):
+                progress.log(
+                    f"{name}: top:{k} holds {weak} heads scoring below the retrieval-head threshold "
+                    f"{RETRIEVAL_THRESHOLD} (only {len(ranking.retrieval_heads)} of its heads are retrieval heads)"
+                )
+        model = load_model(path, device=env.device, dtype=parse_dtype(s.dtype), log=progress.log)
+        every = [Head(info.index, h) for info in model.layers for h in range(info.n_heads)]
+        if ranking is not None:  # a table of another model's shape is refused before any head is chosen from it
+            ranking.check_fits(model.layers, name, path)
+        runs = conditions(s, every, ranking)
+        for c in runs:  # heads the model lacks (named ones, or a table of another model) fail before any decoding
+            check_heads(c.heads, model.layers, name)
+        wrapper = model.prompt_wrapper(s.prompt_format)
+        prompts: dict[tuple[str, int], list[Prompt]] = {}
+        for length in s.lengths:
+            model.check_length(length + max(s.max_new_tokens, 128))
+            for task in s.tasks:
+                made = (
+                    needle_prompts(model, s, length, wrapper)
+                    if task == NEEDLE_TASK
+                    else ruler_prompts(model, s, task, length, wrapper)
+                )
+                prompts[task, length] = made
+        parts = Parts(folder)
+        batch = {n: decode_batch_size(model, n, env.memory_limit) for n in s.lengths}
+        every_item = [(c, task, length) for c in dict.fromkeys(runs) for (task, length) in prompts]  # a set named twice
+        keys = {item: item_key(s, path, model, wrapper, *item) for item in every_item}
+        check_parts(parts, list(keys.values()), folder, FREE, by="task", own=("depths",))  # adds items, never mixes
+        progress.start(sum(len(prompts[t, n]) for _, t, n in every_item), name)
+        todo = []
+        for item in every_item:
+            c, task, length = item
+            if parts.done(ABLATION_SAMPLES.table, part_name(item), keys[item]):
+                progress.log(done_earlier(f"{name} {c.label} {task} @ {length:,}", 1, 1))
+                progress.advance(len(prompts[task, length]))
+            else:
+                todo.append(item)
+
+        def do(item: Item) -> None:
+            c, task, length = item
+            progress.describe(f"{name} {c.label} {task} @ {length:,}")
+            answers = decode_prompts(model, prompts[task, length], c, batch[length], progress)
+            frame = sample_rows(c, prompts[task, length], answers).assign(model=name)
+            meta = table_meta(ABLATION_SAMPLES.table, name, path, s.to_dict(), key=keys[item])
+            parts.write(ABLATION_SAMPLES, part_name(item), frame, meta)
+
+        def finish() -> pd.DataFrame:
+            held = parts.keys(ABLATION_SAMPLES.table)  # this run's items, and those earlier runs added to the folder
+            names = [part_name(item) for item in every_item]
+            names += sorted(item for item in held if item not in names and held[item] is not None)
+            samples = parts.gather(ABLATION_SAMPLES.table, names)
+            table = accuracy_table(samples)
+            settings = held_settings(s, [k for k in (held[item] for item in names) if k is not None])
+            tables = [(ABLATION_SAMPLES, samples), (ABLATION, table)]
+            write_results(folder, name, path, settings, tables, model.facts())
+            return table
+
+        units = lambda item: len(prompts[item[1], item[2]])  # noqa: E731
+        return Plan(todo, do, finish, names=lambda item: [part_name(item)], units=units, error=AblationError)
+
+
+Item = tuple[Condition, str, int]  # one condition x task x length: decodes one prompt set, writes one part
+
+
+def part_name(item: Item) -> str:
+    """An item's resumable part: ``top-10-zero-needle-2048`` (the condition's label, the task and length)."""
+    c, task, length = item
+    return f"{c.label}-{task}-{length}"
 
 
 FREE = ("condition", "task", "length")  # what a rerun into a folder adds to: the items (other settings must stay)
-ADDS = ("heads", "modes", "seeds", "tasks", "lengths")  # the settings those items come from
 NEEDLES_CONTENT = f"needles{CONTENT}"  # a needles file's content, in the keys and settings
 
 
@@ -292,22 +321,9 @@ def ablate(
     memory_limit: int | None = None,
     progress: Progress | None = None,
 ) -> RunReport[pd.DataFrame]:
-    """Ablate the head sets of ``settings`` in every checkpoint (see the module docstring); returns a
+    """Ablate the head sets of ``settings`` in every checkpoint (see the module docstring):
+    :func:`headprobe.jobs.job.run_job` of an :class:`AblateJob`. Returns a
     :class:`headprobe.jobs.record.RunReport` of each model's ``ablation`` table and the failures. Bad settings
     fail the whole run before any model loads."""
-    s = settings or AblateSettings()
-    s.validate()
-    rankings: dict[str, Ranking | None] = {}
-    for path in checkpoints:  # a missing or unusable retrieval table is refused before any model loads
-        check_trained_lengths(path, s.lengths, s.allow_beyond_trained)
-        ranking = ranked_heads(s.from_results, path, checkpoint_name(path)) if s.from_results else None
-        check_tops(s, ranking)
-        rankings[str(path)] = ranking
-    progress = progress or Silent()
-
-    def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
-        return ablate_checkpoint(path, name, folder, s, rankings[str(path)], device, progress, memory_limit)
-
-    return run_models(
-        checkpoints, Path(out), job, progress, ("ablate", s.to_dict()), adds=ADDS, reads=[s.from_results, s.needles]
-    )
+    job = AblateJob(settings or AblateSettings())
+    return run_job(job, checkpoints, out, device=device, memory_limit=memory_limit, progress=progress)

@@ -3,7 +3,7 @@
 =========  ========================================================================================
 settings   ``AnalyzeSettings``: what decides the numbers, checked before any work; resume keys
 items      one model at one length: the pass metrics over haystack texts, retrieval over needles
-job        ``analyze(checkpoints, out, ...)``: every checkpoint, resumable, failures isolated
+job        ``AnalyzeJob`` and ``analyze(checkpoints, out, settings)``: every checkpoint, resumable
 summary    ``analysis_summary``: the aggregates as a derived tidy table
 =========  ========================================================================================
 """
@@ -17,7 +17,7 @@ _EXPORTS = {
     "AnalysisError": "settings",
     "AnalyzeSettings": "settings",
     "analyze": "job",
-    "analyze_checkpoint": "job",
+    "AnalyzeJob": "job",
     "statistic": "summary",
     "summarize": "summary",
 }

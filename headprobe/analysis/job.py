@@ -12,8 +12,9 @@ Output for each checkpoint, in ``OUT/<name>/`` (tables through :mod:`headprobe.r
 * ``parts/``: one table per work unit (metric x length x sample; metric x length when pooled) with its
   resume key: what a rerun skips, so an interrupted run at a long length loses at most one sample.
 
-Under ``torchrun`` the work items (:func:`plan_items`) are shared among the processes, down to single
-samples, and the first process merges the parts: the same tables, byte for byte, as one process writes.
+The job is :class:`AnalyzeJob` (:mod:`headprobe.jobs.job`): under ``torchrun`` its work items
+(:func:`plan_items`) are shared among the processes, down to single samples, and the first process merges the
+parts: the same tables, byte for byte, as one process writes.
 
 ``OUT/run.json`` records the command, settings, versions, checkpoints and failures. A checkpoint that
 fails to load, has bad inputs or would not fit in memory is reported and skipped before any of its
@@ -22,7 +23,6 @@ work starts; memory is estimated per length from the model's shapes.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,11 +35,10 @@ from headprobe.analysis import items
 from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.core.paths import CONTENT
-from headprobe.core.progress import Progress, Silent
-from headprobe.core.ranks import Ranks
+from headprobe.core.progress import Progress
 from headprobe.core.resume import done_earlier
-from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.jobs.checkpoints import CHECKPOINT_ERRORS, run_models
+from headprobe.hooked import HookedModel, load_model, parse_dtype
+from headprobe.jobs.job import Env, Job, Plan, Target, run_job
 from headprobe.jobs.memory import MemoryBudget, require_fits
 from headprobe.jobs.parts import Parts, check_parts
 from headprobe.jobs.provenance import table_meta, write_results
@@ -48,26 +47,27 @@ from headprobe.metrics import DecodeMetric, Metric, PassMetric
 from headprobe.results import Schema
 from headprobe.text.needles import NeedleError, needle_prompt, needle_set
 
-ADDS = ("metrics", "lengths")  # what a rerun into a folder adds to (other settings must stay: check_parts)
 MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` or fewer `metrics`"
 
 
-def check_inputs(model: HookedModel, name: str, s: AnalyzeSettings, budget: MemoryBudget) -> None:
+def check_inputs(model: HookedModel, name: str, settings: AnalyzeSettings, budget: MemoryBudget) -> None:
     """Refuse, before any work, lengths beyond the model's positions, needles that do not fit, and
     lengths whose estimated memory exceeds the budget."""
-    decodes = any(isinstance(m, DecodeMetric) for m in s.chosen())
-    wrapper = model.prompt_wrapper(s.prompt_format) if decodes else None  # a model without a chat template refuses chat
-    for length in s.lengths:
-        model.check_length(length + (s.max_new_tokens if decodes else 0))
+    decodes = any(isinstance(m, DecodeMetric) for m in settings.chosen())
+    # a model without a chat template refuses chat
+    wrapper = model.prompt_wrapper(settings.prompt_format) if decodes else None
+    for length in settings.lengths:
+        model.check_length(length + (settings.max_new_tokens if decodes else 0))
         if wrapper is not None:  # every needle prompt must fit
-            for needle in needle_set(s.needles):
+            for needle in needle_set(settings.needles):
                 try:
                     needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper)
                 except NeedleError as err:  # too short for the needle and its question: which model, and the fix
                     raise AnalysisError(f"{name}: {err}; use longer `lengths` for retrieval") from None
-        cached = length + s.max_new_tokens if decodes else 0
-        topk = s.topk if any(getattr(m, "min_topk", 0) for m in s.chosen()) else 0  # only reordering keeps top keys
-        estimate = model.memory(length, rows=s.row_selection.count(length), topk=topk, cached_tokens=cached)
+        cached = length + settings.max_new_tokens if decodes else 0
+        keeps_top = any(getattr(m, "min_topk", 0) for m in settings.chosen())  # only reordering keeps top keys
+        topk = settings.topk if keeps_top else 0
+        estimate = model.memory(length, rows=settings.row_selection.count(length), topk=topk, cached_tokens=cached)
         fix = MEMORY_FIX + (f", or a smaller `topk` ({topk:,} now)" if topk > 16 else "")
         require_fits(f"{name} at {length:,} tokens", estimate, budget, fix)
 
@@ -118,13 +118,13 @@ def part_tables(metric: Metric) -> tuple[Schema, ...]:
     return metric.per_sample if isinstance(metric, DecodeMetric) else metric.tables
 
 
-def _units(metric: Metric, s: AnalyzeSettings) -> int:
+def _units(metric: Metric, settings: AnalyzeSettings) -> int:
     """Work units of ``metric`` at one length: one per sample, one in all when pooled."""
-    return 1 if isinstance(metric, PassMetric) and metric.pooled else s.samples
+    return 1 if isinstance(metric, PassMetric) and metric.pooled else settings.samples
 
 
 def plan_items(
-    s: AnalyzeSettings, keys: dict[tuple[str, int], dict[str, Any]], parts: Parts, processes: int
+    settings: AnalyzeSettings, keys: dict[tuple[str, int], dict[str, Any]], parts: Parts, processes: int
 ) -> tuple[list[Item], list[tuple[Metric, int, int]]]:
     """The items still to do (the same list on every process) and, per metric and length, how many of
     its units were done earlier ``(metric, length, units done)``.
@@ -133,106 +133,111 @@ def plan_items(
     runs all pass metrics of a length in one item, one forward pass per sample shared by every metric;
     several processes get one item per sample and one for the pooled metrics (whose own passes they
     then repeat), so that the passes spread over them. Each needle sample is an item."""
-    items: list[Item] = []
+    planned: list[Item] = []
     done_before = []
-    metrics = s.chosen()
-    for length in s.lengths:
+    metrics = settings.chosen()
+    for length in settings.lengths:
 
         def todo(m: Metric, sample: int | None, length: int = length) -> bool:
             key = keys[m.name, length]
             return not all(parts.done(t.table, part_name(length, sample), key) for t in part_tables(m))
 
         per_sample: dict[int, tuple[PassMetric, ...]] = {}
-        for i in range(s.samples):
+        for i in range(settings.samples):
             mine = tuple(m for m in metrics if isinstance(m, PassMetric) and not m.pooled and todo(m, i))
             if mine:
                 per_sample[i] = mine
         pooled = tuple(m for m in metrics if isinstance(m, PassMetric) and m.pooled and todo(m, None))
         if processes == 1 and (per_sample or pooled):
-            items.append(PassItem(length, per_sample, pooled))
+            planned.append(PassItem(length, per_sample, pooled))
         elif processes > 1:
-            items += [PassItem(length, {i: ms}) for i, ms in per_sample.items()]
-            items += [PassItem(length, {}, pooled)] if pooled else []
+            planned += [PassItem(length, {i: ms}) for i, ms in per_sample.items()]
+            planned += [PassItem(length, {}, pooled)] if pooled else []
         for m in metrics:
             if isinstance(m, DecodeMetric):
-                items += [DecodeItem(length, m, i) for i in range(s.samples) if todo(m, i)]
+                planned += [DecodeItem(length, m, i) for i in range(settings.samples) if todo(m, i)]
         for m in metrics:
-            left = sum(u[0] is m for item in items if item.length == length for u in item.units())
-            done_before.append((m, length, _units(m, s) - left))
-    return items, done_before
+            left = sum(u[0] is m for item in planned if item.length == length for u in item.units())
+            done_before.append((m, length, _units(m, settings) - left))
+    return planned, done_before
 
 
-def analyze_checkpoint(
-    path: Path,
-    name: str,
-    folder: Path,
-    s: AnalyzeSettings,
-    device: str = "cpu",
-    memory_limit: int | None = None,
-    progress: Progress | None = None,
-    ranks: Ranks | None = None,
-) -> pd.DataFrame:
-    """Every item of one checkpoint (skipping finished ones) into ``folder``; returns its ``analysis_summary``.
+def unit_name(metric: Metric, length: int, sample: int | None) -> str:
+    """One unit of work as the item log names it: ``entropy @ 256 sample 0`` (``erank @ 256`` when pooled)."""
+    return f"{metric.name} @ {length}" + ("" if sample is None else f" sample {sample}")
 
-    With ``ranks`` of several processes (``torchrun``), each computes its share of the items and the
-    first merges them; the others return an empty frame."""
-    progress, ranks = progress or Silent(), ranks or Ranks()
-    warning = check_trained_lengths(path, s.lengths, s.allow_beyond_trained)  # before anything heavy loads
-    if warning:
-        progress.log(f"{name}: {warning}")
-    parts, metrics = Parts(folder), s.chosen()
-    check_folder(parts, [s.key(m, n, path, []) for m in metrics for n in s.lengths], folder)
-    model = load_model(path, device=device, dtype=parse_dtype(s.dtype), log=progress.log)
-    check_inputs(model, name, s, MemoryBudget.of(device, memory_limit))
-    keys = {(m.name, n): s.key(m, n, path, model.prompt_start) for m in metrics for n in s.lengths}
-    plan, done_before = plan_items(s, keys, parts, ranks.size)  # decided before any part is written
-    for m, length, done in done_before:
-        if done:
-            progress.log(done_earlier(f"{name} {m.name} @ {length}", done, _units(m, s)))
-            progress.advance(done)
-    ranks.barrier()  # every process has the same plan before any of them writes a part
 
-    def write(m: Metric, length: int, sample: int | None, frames: dict[str, pd.DataFrame]) -> None:
-        key = keys[m.name, length]
-        for schema in part_tables(m):
-            meta = table_meta(schema.table, name, path, s.to_dict(), key=key)
-            parts.write(schema, part_name(length, sample), frames[schema.table].assign(model=name), meta)
-        ranks.did(f"{name} {m.name} @ {length}" + ("" if sample is None else f" sample {sample}"))
-        progress.advance()
+class AnalyzeJob(Job[AnalyzeSettings]):
+    """``headprobe analyze`` (the module docstring): the requested metrics of one checkpoint at every length."""
 
-    inputs = functools.lru_cache(maxsize=1)(lambda length: items.haystack_inputs(model, length, s))
-    prompts = functools.lru_cache(maxsize=1)(lambda length: items.needle_prompts(model, length, s))
-    with ranks.together(CHECKPOINT_ERRORS, AnalysisError):
-        for index, item in enumerate(plan):
-            if not ranks.mine(index):  # another process's item
-                continue
+    command = "analyze"
+    adds = ("metrics", "lengths")  # what a rerun into a folder adds to (other settings must stay: check_parts)
+
+    def reads(self) -> list[str | Path | None]:
+        return [*(self.settings.haystack or []), self.settings.needles]
+
+    def units(self, checkpoints: int) -> int:
+        per_checkpoint = sum(_units(m, self.settings) for m in self.settings.chosen()) * len(self.settings.lengths)
+        return per_checkpoint * checkpoints  # counted as done: a failed checkpoint leaves its undone ones uncounted
+
+    def plan(self, target: Target, env: Env) -> Plan[Item]:
+        """Every item of one checkpoint still to do (finished parts skipped), into ``target.folder``; it
+        finishes with the model's tables and its ``analysis_summary``."""
+        settings, progress, name, path = self.settings, env.progress, target.name, target.path
+        model = load_model(path, device=env.device, dtype=parse_dtype(settings.dtype), log=progress.log)
+        metrics, parts = settings.chosen(), Parts(target.folder)
+        keys = {(m.name, n): settings.key(m, n, path, model.prompt_start) for m in metrics for n in settings.lengths}
+        check_folder(parts, list(keys.values()), target.folder)
+        check_inputs(model, name, settings, MemoryBudget.of(env.device, env.memory_limit))
+        planned, done_before = plan_items(settings, keys, parts, env.ranks.size)
+        for m, length, done in done_before:
+            if done:
+                progress.log(done_earlier(f"{name} {m.name} @ {length}", done, _units(m, settings)))
+                progress.advance(done)
+
+        def write(m: Metric, length: int, sample: int | None, frames: dict[str, pd.DataFrame]) -> None:
+            key = keys[m.name, length]
+            for schema in part_tables(m):
+                meta = table_meta(schema.table, name, path, settings.to_dict(), key=key)
+                parts.write(schema, part_name(length, sample), frames[schema.table].assign(model=name), meta)
+            progress.advance()
+
+        inputs = functools.lru_cache(maxsize=1)(lambda length: items.haystack_inputs(model, length, settings))
+        prompts = functools.lru_cache(maxsize=1)(lambda length: items.needle_prompts(model, length, settings))
+
+        def do(item: Item) -> None:
             names = ", ".join(dict.fromkeys(m.name for m, _ in item.units()))
             if isinstance(item, DecodeItem):
-                progress.describe(f"{name} {names} @ {item.length:,}, sample {item.sample + 1}/{s.samples}")
+                progress.describe(f"{name} {names} @ {item.length:,}, sample {item.sample + 1}/{settings.samples}")
                 prompt = prompts(item.length)[item.sample]
-                frames = items.decode_items(model, item.length, s, item.metric, prompt, item.sample)
+                frames = items.decode_items(model, item.length, settings, item.metric, prompt, item.sample)
                 write(item.metric, item.length, item.sample, frames)
-                continue
+                return
             progress.describe(f"{name} {names} @ {item.length:,}")
 
-            def sample_done(i: int, frames: dict[str, pd.DataFrame], item: PassItem = item) -> None:
+            def sample_done(i: int, frames: dict[str, pd.DataFrame]) -> None:
                 for m in item.per_sample.get(i, ()):
                     write(m, item.length, i, frames)
 
             pooled = items.text_items(
-                model, item.length, s, inputs(item.length), item.per_sample, item.pooled, sample_done
+                model, item.length, settings, inputs(item.length), item.per_sample, item.pooled, sample_done
             )
             for m in item.pooled:
                 write(m, item.length, None, pooled)
-    if not ranks.is_main:
-        return pd.DataFrame()
-    progress.advance(ranks.others([len(item.units()) for item in plan]))
-    return write_tables(parts, s, keys, model, name, path, folder, progress)
+
+        return Plan(
+            planned,
+            do,
+            finish=lambda: write_tables(parts, settings, keys, model, name, path, target.folder, progress),
+            names=lambda item: [unit_name(m, item.length, sample) for m, sample in item.units()],
+            units=lambda item: len(item.units()),
+            error=AnalysisError,
+        )
 
 
 def write_tables(
     parts: Parts,
-    s: AnalyzeSettings,
+    settings: AnalyzeSettings,
     keys: dict[tuple[str, int], dict[str, Any]],
     model: HookedModel,
     name: str,
@@ -243,46 +248,46 @@ def write_tables(
     """Write a model's tables and ``analysis_summary`` from every part its folder holds finished
     (:func:`held_lengths`: this run's and earlier runs'), saying which finished lengths an earlier revision
     of a metric made (left out); returns the summary."""
-    held = held_lengths(parts, s, keys)
-    for m, stale in stale_lengths(parts, s, held).items():
+    held = held_lengths(parts, settings, keys)
+    for m, stale in stale_lengths(parts, settings, held).items():
         progress.log(
             f"{name} {m.name} @ {', '.join(map(str, stale))}: made by an earlier revision of the metric, left out of "
             f"the tables; rerun with --metrics {m.name} --lengths {','.join(map(str, stale))} to redo it"
         )
-    tables = gather_tables(parts, s, held)
+    tables = gather_tables(parts, settings, held)
     summary = summarize(name, tables, list(held))
     schemas = [schema for m in held for schema in m.tables]
     tables_written = [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)]
-    write_results(folder, name, path, folder_settings(s, held, parts), tables_written, facts=model.facts())
+    write_results(folder, name, path, folder_settings(settings, held, parts), tables_written, facts=model.facts())
     return summary
 
 
-def _unit_names(m: Metric, s: AnalyzeSettings, length: int) -> list[str]:
+def _unit_names(m: Metric, settings: AnalyzeSettings, length: int) -> list[str]:
     """The parts of ``m`` at ``length``: one per sample, or one for the length when pooled."""
     pooled = isinstance(m, PassMetric) and m.pooled
-    return [part_name(length, None if pooled else i) for i in range(_units(m, s))]
+    return [part_name(length, None if pooled else i) for i in range(_units(m, settings))]
 
 
-def _finished_lengths(parts: Parts, m: Metric, s: AnalyzeSettings) -> dict[int, dict[str, Any]]:
+def _finished_lengths(parts: Parts, m: Metric, settings: AnalyzeSettings) -> dict[int, dict[str, Any]]:
     """The lengths at which every part of ``m`` is finished with one key, and that key."""
     table = part_tables(m)[0].table
     found = parts.keys(table)
     lengths = sorted({int(item.split("-")[0]) for item in found if item.split("-")[0].isdigit()})
     out = {}
     for n in lengths:
-        keys = [found.get(unit) for unit in _unit_names(m, s, n)]
+        keys = [found.get(unit) for unit in _unit_names(m, settings, n)]
         others = [parts.keys(t.table) for t in part_tables(m)[1:]]
         if (
             keys[0] is not None
             and all(k == keys[0] for k in keys)
-            and all(o.get(unit) == keys[0] for o in others for unit in _unit_names(m, s, n))
+            and all(o.get(unit) == keys[0] for o in others for unit in _unit_names(m, settings, n))
         ):
             out[n] = keys[0]
     return out
 
 
 def held_lengths(
-    parts: Parts, s: AnalyzeSettings, keys: dict[tuple[str, int], dict[str, Any]]
+    parts: Parts, settings: AnalyzeSettings, keys: dict[tuple[str, int], dict[str, Any]]
 ) -> dict[Metric, list[int]]:
     """What the folder's tables describe: per metric (in the registry's order), the lengths (ascending) at which
     every part is finished with this revision of the metric. That is this run's metrics and lengths (just
@@ -292,7 +297,7 @@ def held_lengths(
 
     held: dict[Metric, list[int]] = {}
     for m in METRICS.values():
-        finished = _finished_lengths(parts, m, s)
+        finished = _finished_lengths(parts, m, settings)
         lengths = sorted(
             n for n, key in finished.items()
             if key == keys.get((m.name, n)) or ((m.name, n) not in keys and key.get("revision") == m.revision)
@@ -302,46 +307,46 @@ def held_lengths(
     return held
 
 
-def stale_lengths(parts: Parts, s: AnalyzeSettings, held: dict[Metric, list[int]]) -> dict[Metric, list[int]]:
+def stale_lengths(parts: Parts, settings: AnalyzeSettings, held: dict[Metric, list[int]]) -> dict[Metric, list[int]]:
     """Per metric, the finished lengths left out of the tables: made by an earlier revision of the metric."""
     from headprobe.metrics import METRICS
 
-    stale = {m: sorted(set(_finished_lengths(parts, m, s)) - set(held.get(m, []))) for m in METRICS.values()}
+    stale = {m: sorted(set(_finished_lengths(parts, m, settings)) - set(held.get(m, []))) for m in METRICS.values()}
     return {m: lengths for m, lengths in stale.items() if lengths}
 
 
-def folder_settings(s: AnalyzeSettings, held: dict[Metric, list[int]], parts: Parts) -> dict[str, Any]:
+def folder_settings(settings: AnalyzeSettings, held: dict[Metric, list[int]], parts: Parts) -> dict[str, Any]:
     """The settings that describe a model's folder: this run's, with ``metrics`` and ``lengths`` those the
     folder holds (:func:`held_lengths`) and, for a metric only an earlier run computed, its own settings
     (its needles, say) as that run recorded them."""
-    settings = s.to_dict() | {
+    described = settings.to_dict() | {
         "metrics": [m.name for m in held],
         "lengths": sorted({n for lengths in held.values() for n in lengths}),
     }
     for m in held:
-        if m.name in s.metrics:
+        if m.name in settings.metrics:
             continue
         earlier = parts.keys(part_tables(m)[0].table)
         key = next((k for k in earlier.values() if k), {})
-        settings |= {name: key[name] for name in m.settings if name in key}
+        described |= {name: key[name] for name in m.settings if name in key}
         for name in (f"{name}{CONTENT}" for name in m.settings):  # its files' content, as that run read them
-            settings.pop(name, None)
-            settings |= {name: key[name]} if name in key else {}
-    return settings
+            described.pop(name, None)
+            described |= {name: key[name]} if name in key else {}
+    return described
 
 
-def gather_tables(parts: Parts, s: AnalyzeSettings, held: dict[Metric, list[int]]) -> dict[str, pd.DataFrame]:
+def gather_tables(parts: Parts, settings: AnalyzeSettings, held: dict[Metric, list[int]]) -> dict[str, pd.DataFrame]:
     """Every table of the ``held`` metrics at their lengths from the finished parts: lengths in order, samples
     in order within each; a decode metric's other tables combined from its per-sample ones, length by length."""
     tables: dict[str, pd.DataFrame] = {}
     for m, lengths in held.items():
         if isinstance(m, PassMetric):
-            names = [unit for n in lengths for unit in _unit_names(m, s, n)]
+            names = [unit for n in lengths for unit in _unit_names(m, settings, n)]
             tables[m.tables[0].table] = parts.gather(m.tables[0].table, names)
             continue
         by_length = []
         for n in lengths:
-            frames = {t.table: parts.gather(t.table, _unit_names(m, s, n)) for t in m.per_sample}
+            frames = {t.table: parts.gather(t.table, _unit_names(m, settings, n)) for t in m.per_sample}
             by_length.append(items.combine(m, n, frames))
         for t in m.tables:
             tables[t.table] = pd.concat([f[t.table] for f in by_length], ignore_index=True)
@@ -356,35 +361,12 @@ def analyze(
     device: str = "cpu",
     memory_limit: int | None = None,
     progress: Progress | None = None,
-    **changes: Any,
 ) -> RunReport[pd.DataFrame]:
-    """Analyse every checkpoint (see the module docstring) and return a :class:`headprobe.jobs.record.RunReport`
-    (each checkpoint's ``analysis_summary``, the failures; ``report.table("entropy")`` reads a table
-    over all models). ``changes`` replace fields of ``settings`` (default :class:`AnalyzeSettings`). Lengths
-    beyond what a checkpoint was trained on, without ``allow_beyond_trained``, fail the whole run before
-    any model loads (:class:`headprobe.hooked.BeyondTrainedError`)."""
-    settings = dataclasses.replace(settings or AnalyzeSettings(), **changes)
-    settings.validate()
-    for path in checkpoints:  # lengths beyond training fail the whole run before any model loads
-        check_trained_lengths(path, settings.lengths, settings.allow_beyond_trained)
-    ranks = Ranks.from_env()  # several processes under torchrun: each takes its share of the items
-    device = ranks.device(device)
-    out, progress = Path(out), (progress or Silent()) if ranks.is_main else Silent()
-    per_checkpoint = sum(_units(m, settings) for m in settings.chosen()) * len(settings.lengths)
-    progress.start(per_checkpoint * len(checkpoints), "analyze")
-
-    def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
-        # units count as they are done: a checkpoint that fails leaves the units it did not do uncounted
-        # (the bar of a run with a failure does not end full as if they had been done)
-        return analyze_checkpoint(path, name, folder, settings, device, memory_limit, progress, ranks)
-
-    return run_models(
-        checkpoints,
-        out,
-        job,
-        progress,
-        ("analyze", settings.to_dict()),
-        ranks,
-        adds=ADDS,
-        reads=[*(settings.haystack or []), settings.needles],
-    )
+    """Analyse every checkpoint (see the module docstring) with ``settings`` (default
+    :class:`AnalyzeSettings`): :func:`headprobe.jobs.job.run_job` of an :class:`AnalyzeJob`. Returns a
+    :class:`headprobe.jobs.record.RunReport` (each checkpoint's ``analysis_summary``, the failures;
+    ``report.table("entropy")`` reads a table over all models). Lengths beyond what a checkpoint was trained
+    on, without ``allow_beyond_trained``, fail the whole run before any model loads
+    (:class:`headprobe.hooked.BeyondTrainedError`)."""
+    job = AnalyzeJob(settings or AnalyzeSettings())
+    return run_job(job, checkpoints, out, device=device, memory_limit=memory_limit, progress=progress)

@@ -11,7 +11,6 @@ from headprobe.ablation.settings import AblateSettings
 from headprobe.cli.common import (
     MemoryLimit,
     check_run,
-    fail,
     gib,
     resumable,
     say_error,
@@ -39,11 +38,7 @@ def ablate(
     from headprobe.show import ShownTable, ablation_table, baseline_caveats
 
     check_run(ctx, out, device)
-    try:
-        settings = settings_from(AblateSettings, options)
-    except typer.BadParameter as err:  # a malformed list (--seeds, --lengths, --depths): one line, not click's panel
-        raise fail(err, ctx) from None
-    settings.validate()  # bad settings: refused before any work (shown with these flags: headprobe.cli._Context)
+    settings = settings_from(AblateSettings, options)  # a malformed list: one line naming its flag (_Context)
     with resumable(out, ctx), progress_bar("ablate", ctx, enabled=progress) as bar:
         report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
     for name, table in report.results.items():

@@ -11,7 +11,6 @@ from headprobe.analysis.settings import AnalyzeSettings
 from headprobe.cli.common import (
     MemoryLimit,
     check_run,
-    fail,
     gib,
     resumable,
     say_error,
@@ -37,11 +36,7 @@ def analyze(
     from headprobe.metrics import METRICS
 
     check_run(ctx, out, device)
-    try:
-        settings = settings_from(AnalyzeSettings, options)
-    except typer.BadParameter as err:  # a malformed list (--lengths): one line, not click's usage panel
-        raise fail(err, ctx) from None
-    settings.validate()  # bad settings: refused before any work (shown with these flags: headprobe.cli._Context)
+    settings = settings_from(AnalyzeSettings, options)  # a malformed list: one line naming its flag (_Context)
     with resumable(out, ctx), progress_bar("analyze", ctx, enabled=progress) as bar:
         report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
     if not report.primary:  # another process of a torchrun launch: the first one reports

@@ -21,8 +21,17 @@ from rich.console import Console
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.settings import MAX_TOKENS, Range
 
-# what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback
-USER_ERRORS = (HeadprobeError, FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+# what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback.
+# typer.BadParameter: a command's own check of an option's text (a malformed list); click's parser shows those
+# it raises itself with the usage panel, before any command runs
+USER_ERRORS = (
+    HeadprobeError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    typer.BadParameter,
+)
 
 
 @dataclass
@@ -203,9 +212,9 @@ def fail(err: Exception | str, ctx: typer.Context | None, code: int = 2) -> Exce
     """Print ``err`` (see :func:`say_error`) and return the exit to raise; under ``--debug`` return ``err``
     itself instead, so that raising it shows its traceback.
 
-    A command refuses in its own words with it (``raise fail("--model goes with --real", ctx)``), or shows a
-    ``typer.BadParameter`` of its own checks as one line instead of click's usage panel. An error of headprobe's
-    own needs no ``fail``: raised from anywhere in a command, it is shown the same way with that command's flags
+    A command refuses in its own words with it (``raise fail("--model goes with --real", ctx)``). An error of
+    headprobe's own, or a ``typer.BadParameter`` of a command's own check of an option's text, needs no
+    ``fail``: raised from anywhere in a command, it is shown the same way with that command's flags
     (:func:`refused`)."""
     session = session_of(ctx)
     if isinstance(err, Exception) and session is not None and session.debug:
@@ -311,13 +320,10 @@ def check_out_folder(path: Path, option: str = "--out") -> None:
 def check_run(ctx: typer.Context | None, out: Path | None = None, device: str | None = None) -> None:
     """A job's output folder and device, checked before any work (:func:`check_out_folder`,
     :func:`check_device`); a problem is one message and exit code 2."""
-    try:
-        if device is not None:
-            check_device(device)
-        if out is not None:
-            check_out_folder(out)
-    except typer.BadParameter as err:
-        raise fail(err, ctx) from None
+    if device is not None:
+        check_device(device)
+    if out is not None:
+        check_out_folder(out)
 
 
 def option_flag(name: str, flag: str | None = None) -> str:

@@ -71,10 +71,7 @@ def ruler_generate(
     from headprobe.model.tokenizer import load_tokenizer
     from headprobe.text.prompt_format import resolve_wrapper
 
-    try:
-        settings = settings_from(RulerSettings, options)
-    except typer.BadParameter as err:  # a malformed list (--lengths): one line, not click's usage panel
-        raise fail(err, ctx) from None
+    settings = settings_from(RulerSettings, options)  # a malformed list: one line naming its flag (_Context)
     settings.validate()  # before any tokenizer loads or file is written
     tasks, counts, samples, seed = settings.tasks, settings.lengths or [DEFAULT_LENGTH], settings.samples, settings.seed
     haystack_files, qa_files = [Path(f) for f in settings.haystack_files or []], settings.qa_files
@@ -129,14 +126,10 @@ def ruler_eval(
     and compared. Tasks skipped at a length (too long for it) are left out of that length's mean, which
     says over how many tasks it is taken."""
     from headprobe.cli.progress import progress_bar
-    from headprobe.evals.ruler.evaluate import evaluate_many
+    from headprobe.evals.ruler.job import evaluate_many
 
     check_run(ctx, out, device)
-    try:
-        settings = settings_from(RulerSettings, options)
-    except typer.BadParameter as err:  # a malformed list (--lengths): one line, not click's usage panel
-        raise fail(err, ctx) from None
-    settings.validate()  # before any model loads or folder is made
+    settings = settings_from(RulerSettings, options)  # a malformed list: one line naming its flag (_Context)
     with resumable(out, ctx), progress_bar("ruler", ctx, enabled=progress) as bar:
         report = evaluate_many(
             checkpoints,

@@ -23,11 +23,10 @@ def shortctx_eval(
 ) -> None:
     """Multiple-choice accuracy by log-likelihood (acc and length-normalised acc_norm), as tables."""
     from headprobe.cli.progress import progress_bar
-    from headprobe.evals.shortctx.evaluate import evaluate_many
+    from headprobe.evals.shortctx.job import evaluate_many
 
     check_run(ctx, out, device)
     settings = settings_from(ShortCtxSettings, options)
-    settings.validate()  # before the progress bar: a bad setting is the only thing printed
     with resumable(out, ctx), progress_bar("shortctx", ctx, enabled=progress) as bar:
         report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
     for name, scores in report.results.items():

@@ -5,6 +5,8 @@ without torch. The torch-free helpers every layer may use lie in :mod:`headprobe
 identity).
 
 ===========  ==========================================================================================
+job          the one shape of every such command: ``Job`` (a ``plan`` per checkpoint), ``Plan``, ``run_job``,
+             ``run_one``, ``share`` (the items dealt out among ``torchrun``'s processes)
 checkpoints  a job over many checkpoints: ``run_models`` / ``run_each`` (failures isolated),
              ``CHECKPOINT_ERRORS``, the results folder names (``checkpoint_name``, ``unique_names``)
 folders      an output folder held for a job: ``job_folder`` (one run), ``held_folder`` (a study's steps)

@@ -30,10 +30,10 @@ from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.core.atomic import atomic_write_text
 from headprobe.core.progress import Progress, Silent
 from headprobe.core.resume import resume_key
-from headprobe.evals.ruler.evaluate import evaluate_many as ruler_many
+from headprobe.evals.ruler.job import evaluate_many as ruler_many
 from headprobe.evals.ruler.settings import RulerSettings
-from headprobe.evals.shortctx.evaluate import ShortCtxSettings
-from headprobe.evals.shortctx.evaluate import evaluate_many as shortctx_many
+from headprobe.evals.shortctx.job import evaluate_many as shortctx_many
+from headprobe.evals.shortctx.settings import ShortCtxSettings
 from headprobe.jobs.checkpoints import checkpoint_name
 from headprobe.jobs.folders import held_folder
 from headprobe.jobs.parts import Parts

@@ -29,7 +29,7 @@ from pathlib import Path
 from headprobe.ablation import AblateSettings, ablate
 from headprobe.analysis import AnalyzeSettings, analyze
 from headprobe.core.progress import Progress, Silent
-from headprobe.evals.ruler.evaluate import evaluate_many
+from headprobe.evals.ruler.job import evaluate_many
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.hooked import ModelLoadError, check_model
 from headprobe.jobs.checkpoints import CHECKPOINT_ERRORS, checkpoint_name

@@ -14,7 +14,7 @@ samples      reading sample files; telling QA files apart; the tasks the samples
 scoring      RULER's post-processing and ``string_match_all`` / ``string_match_part`` (``Scorer``)
 predictions  the resumable prediction files of an evaluation
 tables       ``ruler_samples`` and the derived ``ruler_scores``
-evaluate     ``evaluate`` / ``evaluate_many``: ``headprobe ruler eval``
+job          ``RulerJob``, ``evaluate`` (one checkpoint) / ``evaluate_many``: ``headprobe ruler eval``
 ===========  =======================================================================================
 """
 

@@ -5,7 +5,7 @@ items      ``Item``; loaders for ARC, HellaSwag, WinoGrande, RACE, PIQA, OpenBoo
            a built-in set
 scoring    ``loglikelihoods`` (right-padded batches), ``evaluate_items`` (acc, acc_norm)
 settings   ``ShortCtxSettings``: what decides an evaluation's numbers (no torch: the command line's options)
-evaluate   ``evaluate`` / ``evaluate_many``: ``headprobe shortctx eval``, as tidy tables
+job        ``ShortCtxJob`` / ``evaluate_many``: ``headprobe shortctx eval``, as tidy tables
 lmeval     ``HeadprobeLM``: any headprobe model behind lm-evaluation-harness' ``LM`` interface
 =========  =========================================================================================
 """

@@ -9,7 +9,8 @@ For each model, in ``OUT/<name>/`` (however many there are, as in ``headprobe an
 length decode together in batches of left-padded KV caches (as many as the memory allows); under
 ``torchrun`` the batches are shared among the processes.
 
-Before any model loads, the settings are made concrete once for the whole run
+The job is :class:`RulerJob` (:mod:`headprobe.jobs.job`). Before any model loads, the settings are made
+concrete once for the whole run
 (:func:`headprobe.evals.ruler.resolve.resolve_run`: with ``data`` the lengths and tasks it holds, unless
 given) and each checkpoint's lengths are checked against what it was trained on
 (:func:`headprobe.hooked.check_trained_lengths`). Tasks skipped at a length (too long for it) are left out
@@ -29,7 +30,6 @@ import torch
 
 from headprobe.core.identity import checkpoint_identity
 from headprobe.core.progress import Progress, Silent
-from headprobe.core.ranks import Ranks
 from headprobe.core.resume import done_earlier
 from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.predictions import Predictions
@@ -40,8 +40,9 @@ from headprobe.evals.ruler.settings import RulerError, RulerSettings
 from headprobe.evals.ruler.tables import RULER_SAMPLES, RULER_SCORES, aggregate, score_rows
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.evals.ruler.templates import BASE_WRAPPER
-from headprobe.hooked import HookedModel, check_trained_lengths, load_model, parse_dtype
-from headprobe.jobs.checkpoints import CHECKPOINT_ERRORS, checkpoint_name, run_models
+from headprobe.hooked import HookedModel, load_model, parse_dtype
+from headprobe.jobs.checkpoints import checkpoint_name
+from headprobe.jobs.job import Env, Job, Plan, Target, run_job, run_one
 from headprobe.jobs.memory import USABLE, DoesNotFit, MemoryBudget, require_fits
 from headprobe.jobs.provenance import write_results
 from headprobe.jobs.record import RunReport
@@ -160,6 +161,103 @@ def decode_chunk(
     progress.advance(len(rows))
 
 
+class RulerJob(Job[RulerSettings]):
+    """``headprobe ruler eval`` (the module docstring): every sample of the run, decoded and scored, for one
+    checkpoint. ``batch_size`` samples decode together (``None``: as many as the memory allows, see
+    :func:`decode_batch_size`). :meth:`prepare` makes the settings concrete once for the whole run
+    (:func:`headprobe.evals.ruler.resolve.resolve_run`)."""
+
+    command = "ruler eval"
+
+    def __init__(self, settings: RulerSettings, batch_size: int | None = None) -> None:
+        super().__init__(settings)
+        self.batch_size = batch_size
+        self.run: RulerRun | None = None
+
+    @classmethod
+    def of_run(cls, run: RulerRun, batch_size: int | None = None) -> RulerJob:
+        """The job of a run resolved already."""
+        job = cls(run.settings, batch_size)
+        job.run = run
+        return job
+
+    def prepare(self, checkpoints: Sequence[Path]) -> None:
+        if (self.batch_size or 0) < 0:
+            raise RulerError(f"`batch_size` {self.batch_size}: give a positive number of samples (0 = automatic)")
+        self.run = resolve_run(self.settings)  # once: every checkpoint evaluates this run
+        self.settings = self.run.settings
+
+    def lengths(self) -> list[int]:
+        return self.settings.lengths or []
+
+    def reads(self) -> list[str | Path | None]:
+        s = self.settings
+        return [s.data, *(s.haystack_files or []), *(s.qa_files or [])]
+
+    def plan(self, target: Target, env: Env) -> Plan[tuple[str, list[dict]]]:
+        """Generate (or read) the run's samples for ``target``'s model, refuse a folder of other settings, and
+        cut each task and length's samples still to predict into batches (the same batches on every
+        process); it finishes scoring every prediction, the model's ``ruler_scores``."""
+        if self.run is None:
+            raise RuntimeError("RulerJob.plan before prepare")
+        run, progress, name, out = self.run, env.progress, target.name, target.folder
+        settings, tasks, lengths = run.settings, run.tasks, run.settings.lengths or []
+        model = load_model(target.path, device=env.device, dtype=parse_dtype(settings.dtype), log=progress.log)
+        batch = {}
+        for length in lengths:
+            model.check_length(length)
+            batch[length] = decode_batch_size(model, length, env.memory_limit, self.batch_size)
+        store = Predictions(out, env.ranks.rank)
+        wrapper = model.prompt_wrapper(settings.prompt_format) if run.samples is None else None  # data: as made
+        key = settings.key(target.path, model.prompt_start, "as in `data`" if wrapper is None else wrapper.template)
+        identity = checkpoint_identity(target.path)  # retrained or its config edited at the same path: not its results
+        key["weights"], key["config"] = identity.get("weights"), identity.get("config")
+        store.check(key)  # before generating: a refusal costs nothing
+        samples = load_samples(model, run, wrapper)  # every process generates the same samples
+        if run.samples is not None:
+            note = check_data_tokenizer(model, samples, settings.data or "")
+            if note:
+                progress.log(f"{name}: {note}")
+        if env.ranks.is_main:
+            store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
+        skipped = skipped_tasks(samples, {t.name for t in tasks})
+        for line in skip_warnings(skipped):
+            progress.log(f"{name}: {line}")
+        groups: dict[tuple[str, int], list[dict]] = {}
+        for x in samples:
+            groups.setdefault((x["task"], x["length"]), []).append(x)
+        chunks = [(task, g[i : i + batch[n]]) for (task, n), g in groups.items() for i in range(0, len(g), batch[n])]
+        predicted = functools.cache(lambda task, length: set(store.done(task, length)))  # read once per task, length
+        for (task, length), group in groups.items():
+            done = sum(x["index"] in predicted(task, length) for x in group)
+            if done:
+                progress.log(done_earlier(f"{name} {task} @ {length:,}", done, len(group)))
+        progress.start(len(samples), name)
+
+        def finish() -> pd.DataFrame:
+            rows = {
+                f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups
+            }
+            table = score_rows(name, tasks, rows)
+            scores = aggregate(table, tasks, skipped)
+            tables = ((RULER_SAMPLES, table), (RULER_SCORES, scores))
+            write_results(out, name, target.path, settings.to_dict(), tables, model.facts())
+            return scores
+
+        return Plan(
+            chunks,
+            lambda item: decode_chunk(
+                model, item[0], item[1], predicted(item[0], item[1][0]["length"]), store, progress
+            ),
+            finish,
+            names=lambda item: [
+                f"{item[0]} @ {item[1][0]['length']} samples {item[1][0]['index']}-{item[1][-1]['index']}"
+            ],
+            units=lambda item: len(item[1]),
+            error=RulerError,
+        )
+
+
 def evaluate(
     checkpoint: str | Path,
     out: str | Path,
@@ -170,96 +268,27 @@ def evaluate(
     progress: Progress | None = None,
     batch_size: int | None = None,
     name: str | None = None,
-    ranks: Ranks | None = None,
 ) -> pd.DataFrame:
-    """Generate (or read) the samples of ``run`` (settings made concrete once for the whole run,
-    :func:`headprobe.evals.ruler.resolve.resolve_run`), decode greedily, score; returns the model's
-    ``ruler_scores``.
-
-    ``batch_size`` samples decode together (``None``: as many as the memory allows, see
-    :func:`decode_batch_size`). With ``ranks`` of several processes (``torchrun``) each decodes its share
-    of the batches (each task and length's samples cut into batches alike on every process) and the first
-    scores them all; the others return an empty frame."""
-    progress, out, ranks = progress or Silent(), Path(out), ranks or Ranks()
-    name = name or checkpoint_name(checkpoint)
-    settings, tasks, lengths = run.settings, run.tasks, run.settings.lengths or []
-    warning = check_trained_lengths(checkpoint, lengths, settings.allow_beyond_trained)  # before the model loads
-    if warning:
-        progress.log(f"{name}: {warning}")
-    model = load_model(checkpoint, device=device, dtype=parse_dtype(settings.dtype), log=progress.log)
-    batch = {}
-    for length in lengths:
-        model.check_length(length)
-        batch[length] = decode_batch_size(model, length, memory_limit, batch_size)
-    store = Predictions(out, ranks.rank)
-    wrapper = model.prompt_wrapper(settings.prompt_format) if run.samples is None else None  # data: as generated
-    key = settings.key(checkpoint, model.prompt_start, "as in `data`" if wrapper is None else wrapper.template)
-    identity = checkpoint_identity(checkpoint)  # retrained or its config edited at the same path: not its results
-    key["weights"], key["config"] = identity.get("weights"), identity.get("config")
-    store.check(key)  # before generating: a refusal costs nothing
-    samples = load_samples(model, run, wrapper)  # every process generates the same samples
-    if run.samples is not None:
-        note = check_data_tokenizer(model, samples, settings.data or "")
-        if note:
-            progress.log(f"{name}: {note}")
-    if ranks.is_main:
-        store.claim(key)  # only once there is something to predict: a failed generation leaves no claim
-    skipped = skipped_tasks(samples, {t.name for t in tasks})
-    for line in skip_warnings(skipped):
-        progress.log(f"{name}: {line}")
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for x in samples:
-        groups.setdefault((x["task"], x["length"]), []).append(x)
-    # the work items: each task and length's samples in batches, the same batches however many processes
-    chunks = [(task, g[i : i + batch[n]]) for (task, n), g in groups.items() for i in range(0, len(g), batch[n])]
-    predicted = functools.cache(lambda task, length: set(store.done(task, length)))  # read once per task, length
-    for (task, length), group in groups.items():
-        done = sum(x["index"] in predicted(task, length) for x in group)
-        if done:
-            progress.log(done_earlier(f"{name} {task} @ {length:,}", done, len(group)))
-    progress.start(len(samples), name)
-    with ranks.together(CHECKPOINT_ERRORS, RulerError):
-        for index, (task, chunk) in enumerate(chunks):
-            if ranks.mine(index):  # another process decodes the others
-                decode_chunk(model, task, chunk, predicted(task, chunk[0]["length"]), store, progress)
-                ranks.did(f"{name} {task} @ {chunk[0]['length']} samples {chunk[0]['index']}-{chunk[-1]['index']}")
-    if not ranks.is_main:
-        return pd.DataFrame()
-    progress.advance(ranks.others([len(c) for _, c in chunks]))
-    rows = {f"{t}-{n}": [r for r in store.done(t, n).values() if r["index"] < settings.samples] for t, n in groups}
-    table = score_rows(name, tasks, rows)
-    scores = aggregate(table, tasks, skipped)
-    write_results(
-        out, name, checkpoint, settings.to_dict(), ((RULER_SAMPLES, table), (RULER_SCORES, scores)), model.facts()
-    )
-    return scores
+    """One checkpoint of a resolved ``run`` into ``out`` itself, in this process
+    (:func:`headprobe.jobs.job.run_one` of a :class:`RulerJob`); returns the model's ``ruler_scores``."""
+    target = Target(Path(checkpoint), name or checkpoint_name(checkpoint), Path(out))
+    return run_one(RulerJob.of_run(run, batch_size), target, Env(device, memory_limit, progress or Silent()))
 
 
 def evaluate_many(
-    checkpoints: Sequence[str | Path], out: str | Path, settings: RulerSettings, **kwargs: Any
+    checkpoints: Sequence[str | Path],
+    out: str | Path,
+    settings: RulerSettings,
+    *,
+    device: str = "cpu",
+    memory_limit: int | None = None,
+    progress: Progress | None = None,
+    batch_size: int | None = None,
 ) -> RunReport[pd.DataFrame]:
-    """:func:`evaluate` for each checkpoint (e.g. the members of a grid) on the same samples.
-
-    Each checkpoint writes into ``out/<name>/``, one as several. A checkpoint that
-    fails (missing, too short a context, out of memory) is reported under ``errors`` and the others run.
-    Bad settings or data, and lengths beyond what any checkpoint was trained on (without
-    ``allow_beyond_trained``), fail the whole run before any checkpoint is loaded.
-    """
-    run = resolve_run(settings)  # once: every checkpoint evaluates this run
-    settings = run.settings
-    if (kwargs.get("batch_size") or 0) < 0:
-        raise RulerError(f"`batch_size` {kwargs['batch_size']}: give a positive number of samples (0 = automatic)")
-    for path in checkpoints:
-        check_trained_lengths(path, settings.lengths or [], settings.allow_beyond_trained)
-
-    ranks = Ranks.from_env()  # several processes under torchrun: each decodes its share
-    kwargs["device"] = ranks.device(kwargs.get("device", "cpu"))
-    if not ranks.is_main:
-        kwargs["progress"] = Silent()
-
-    def job(path: Path, folder: Path, name: str) -> pd.DataFrame:
-        return evaluate(path, folder, run, name=name, ranks=ranks, **kwargs)
-
-    progress = kwargs.get("progress") or Silent()
-    reads = [settings.data, *(settings.haystack_files or []), *(settings.qa_files or [])]
-    return run_models(checkpoints, Path(out), job, progress, ("ruler eval", settings.to_dict()), ranks, reads=reads)
+    """Every checkpoint (e.g. the members of a grid) on the same samples, each into ``out/<name>/``:
+    :func:`headprobe.jobs.job.run_job` of a :class:`RulerJob`. A checkpoint that fails (missing, too short a
+    context, out of memory) is reported under ``errors`` and the others run. Bad settings or data, and lengths
+    beyond what any checkpoint was trained on (without ``allow_beyond_trained``), fail the whole run before
+    any checkpoint is loaded."""
+    job = RulerJob(settings, batch_size)
+    return run_job(job, checkpoints, out, device=device, memory_limit=memory_limit, progress=progress)
