@@ -95,6 +95,18 @@ def test_builtin_recipes_parse_with_every_profile():
             if "curriculum" in run:
                 assert Path(run["curriculum"]).is_file()
     assert Recipe.load("toy", "demo").seeds == (0,)
+    for scale in ("toy", "0.6b", "3b"):  # every profile a built-in recipe names loads
+        for profile in json.loads(Path(Recipe.load(scale).source).read_text()).get("profiles", {}):
+            assert Recipe.load(scale, profile).scale == scale
+
+
+def test_the_toy_recipe_s_qk_norm_profile_changes_pt_alone():
+    """``--profile qk-norm`` (docs/training.md, why toy-k64v16 collapses): the pt of every member with its queries
+    and keys RMS-normalised and one logit bound, 16, for every head width; every other setting as the recipe's."""
+    plain, qkn = Recipe.load("toy"), Recipe.load("toy", "qk-norm")
+    assert qkn.runs["pt"] == plain.runs["pt"] | {"qk_norm": True, "qk_norm_scale": 16.0}
+    assert {k: v for k, v in qkn.runs.items() if k != "pt"} == {k: v for k, v in plain.runs.items() if k != "pt"}
+    assert qkn.seeds == plain.seeds == (0, 1, 2)
 
 
 @pytest.mark.parametrize(
