@@ -47,6 +47,7 @@ class Study:
     eval_loss: Callable = lambda m, s, r: 2.0 + 0.1 * LOSS_RANK[m]
     fraction: Callable = lambda m, s, r: 0.1 * RANK[m] + 0.01 * s
     forced: Callable = lambda m, s, r: 0.05 * RANK[m]
+    mass: Callable = lambda m, s, r: 0.3  # teacher-forced attention mass on the needle at the answer steps
     entropy: Callable = lambda m, s, r: 0.6 - (0.0 if r == "pt" else 0.1) + 0.01 * s
     reordering: Callable = lambda m, s, r: 0.3 + (0.1 if r == "cpt" else 0.0) + 0.01 * s
     erank: Callable = lambda m, s, r, layer: 10 + RANK[m] + 0.1 * s if layer in (1, 2) else 50 - 10 * RANK[m]
@@ -72,7 +73,8 @@ class Study:
         heads = pd.DataFrame([
             {"model": model(m, s, r), "member": m, "seed": s, "run": r, "length": n, "layer_type": lt,
              "heads": 4.0, "fraction": self.fraction(m, s, r) if lt == "full" else 0.9,
-             "forced_fraction": self.forced(m, s, r) if lt == "full" else 0.9, "n_kept": 4.0}
+             "forced_fraction": self.forced(m, s, r) if lt == "full" else 0.9, "n_kept": 4.0,
+             "forced_mass": self.mass(m, s, r)}
             for m, s, r in self.who() for n in (512, 1024) for lt in ("full", "sliding", "all")
         ])  # fmt: skip
         out = {"study_runs": runs, "study_probes": probes, "study_heads": heads}
@@ -259,6 +261,21 @@ def test_the_retrieval_head_fraction_falls_back_to_the_teacher_forced_score():
     study.drop = {"study_heads": ["forced_fraction"]}
     frame = study.verdicts()
     assert frame.loc[3, "verdict"] == "inconclusive" and "`forced_fraction`" in frame.loc[3, "reason"]
+
+
+def test_a_head_fraction_of_runs_that_never_look_at_the_needle_decides_nothing():
+    """The toys' 3-seed study (docs/study.md): no head attends to the needle of the analysis prompts (mass on it
+    at most 0.007), so every forced fraction is 0 and "no effect" would be read from an instrument that measured
+    nothing. Below a mass of 0.02 in every compared run the finding is inconclusive and says why; one run of
+    a compared member that looks at the needle (0.03) is enough for the fraction to count."""
+    blind = Study(fraction=lambda m, s, r: math.nan, forced=lambda m, s, r: 0.0, mass=lambda m, s, r: 0.007)
+    frame = blind.verdicts()
+    assert frame.loc[3, "verdict"] == "inconclusive" and math.isnan(frame.loc[3, "value"])
+    assert "no compared run attends to the needle" in frame.loc[3, "reason"] and "0.0070" in frame.loc[3, "reason"]
+    seeing = Study(fraction=lambda m, s, r: math.nan, forced=lambda m, s, r: 0.05 * RANK[m],
+                   mass=lambda m, s, r: 0.03 if (m, s, r) == ("toy-d64", 0, "cpt") else 0.007)  # fmt: skip
+    frame = seeing.verdicts()
+    assert frame.loc[3, "verdict"] == "holds" and frame.loc[3, "value"] == pytest.approx(0.1)
 
 
 def test_members_that_are_no_preset_have_no_shape_to_compare():

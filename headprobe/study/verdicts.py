@@ -391,6 +391,9 @@ def loss_predicts(data: StudyData, base: Verdict) -> Verdict:
     return _decided(base, est, (verdict, why), members, said, note)
 
 
+NEEDLE_MASS_FLOOR = 0.02  # finding 3: below this mean attention mass on the needle, no head of a run retrieves it
+
+
 def head_fraction(data: StudyData, base: Verdict) -> Verdict:
     """Finding 3: retrieval-head fraction of the full-attention heads after cpt, widest minus narrowest
     symmetric member; Wu's score where every compared run has it, else the teacher-forced one."""
@@ -409,6 +412,16 @@ def head_fraction(data: StudyData, base: Verdict) -> Verdict:
     else:
         raise Inconclusive(f"Wu's fraction is missing where no needle was copied and study_heads lacks "
                            f"`forced_fraction`: {RERUN}")  # fmt: skip
+    if column == "forced_fraction" and "forced_mass" in compared and compared["forced_mass"].notna().any():
+        mass = float(compared["forced_mass"].max())
+        if mass < NEEDLE_MASS_FLOOR:  # no head of any compared run looks at the needle: nothing to score
+            raise Inconclusive(
+                f"no compared run attends to the needle in the analysis prompts (teacher-forced attention mass on "
+                f"the needle at most {mass:.4f} of the full-attention heads', below {NEEDLE_MASS_FLOOR}): the "
+                "prompts are beyond what these models retrieve, so the fraction (0 or not) says nothing about their "
+                "heads; analyse with needles and lengths they answer",
+                note,
+            )
     seeds = per_seed(compared, [column], data).rename(columns={column: "v"})
     _present(seeds, [low, high], "symmetric", note)
     base = replace(base, statistic=f"retrieval-head fraction of full-attention heads after cpt, {high} minus {low}",
