@@ -4,7 +4,7 @@
 
     net = hp.model.Transformer(hp.model.preset("toy-k64v16"))     # the model family
     model = hp.load_model("runs/grid/toy-d64/sft/final")           # ours, a local Hugging Face folder, a .gguf
-    report = hp.analyze([...checkpoints], "results/analyze", metrics=["entropy"], lengths=[4096])
+    report = hp.analyze([...checkpoints], "results/analyze", hp.AnalyzeSettings(metrics=["entropy"], lengths=[4096]))
     report.table("entropy")                                        # a tidy table over every model
     hp.export_hf("runs/grid/toy-d64/sft/final", "hf/toy-d64")      # a Hugging Face folder (transformers, lm-eval)
 
@@ -16,29 +16,23 @@ Hugging Face folders), ``hooked`` (models as the analyses see them), ``stats`` (
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
+from headprobe.core.lazy import lazy_exports
 from headprobe.export.auto import register_when_imported
 
 register_when_imported()  # folders of `headprobe export hf` load in transformers without remote code (cheaply)
 
 _EXPORTS = {
-    "load_model": "headprobe.hooked",
-    "HookedModel": "headprobe.hooked",
-    "analyze": "headprobe.analysis",
-    "AnalyzeSettings": "headprobe.analysis",
-    "read_table": "headprobe.results",
-    "collect": "headprobe.results",
-    "export_hf": "headprobe.export.hf",
+    "load_model": "hooked",
+    "HookedModel": "hooked",
+    "analyze": "analysis",
+    "AnalyzeSettings": "analysis",
+    "read_table": "results",
+    "collect": "results",
+    "export_hf": "export.hf",
 }
 _PACKAGES = ("model", "text", "results", "hooked", "stats", "metrics", "jobs", "analysis", "evals", "testing")
 __all__ = sorted([*_EXPORTS, *_PACKAGES])
 
 
-def __getattr__(name: str) -> Any:  # lazy: `headprobe plan` and `headprobe --help` stay quick to start
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    if name in _PACKAGES:
-        return import_module(f"headprobe.{name}")
-    raise AttributeError(f"module 'headprobe' has no attribute {name!r}")
+# lazy: `headprobe plan` and `headprobe --help` stay quick to start
+__getattr__ = lazy_exports(__name__, _EXPORTS, _PACKAGES)

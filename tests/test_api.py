@@ -21,7 +21,8 @@ def test_the_readme_example(tmp_path):
     hp.model.save_checkpoint(net, tmp_path / "toy")
     model = hp.load_model(tmp_path / "toy")
     assert isinstance(model, hp.HookedModel) and model.layers[3].qk_dim == 64
-    report = hp.analyze([tmp_path / "toy"], tmp_path / "results", metrics=["entropy"], lengths=[96], samples=1)
+    settings = hp.AnalyzeSettings(metrics=["entropy"], lengths=[96], samples=1)
+    report = hp.analyze([tmp_path / "toy"], tmp_path / "results", settings)
     entropy = report.table("entropy")
     assert set(entropy.model) == {"toy"} and len(entropy) == 2 * 4 + 2 * 2  # sliding 2 x 4 heads, full 2 x 2
     from headprobe.text.haystack import text_inputs

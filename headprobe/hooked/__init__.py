@@ -2,7 +2,8 @@
 Hugging Face models.
 
 ======  ===========================================================================================
-base    ``HookedModel``: forward with hooks, greedy decoding (one prompt, or a left-padded batch)
+base    ``HookedModel``: forward with hooks (``AttentionHook``, ``ResidualHook``, ``DecodeHook``), greedy
+        decoding (one prompt, or a left-padded batch)
 ours    ``HeadprobeModel``: our :class:`~headprobe.model.transformer.Transformer`
 hf      ``HFModel``: a Hugging Face causal LM, its attention routed through the seam per call
 load    ``load_model(path)``, ``check_model`` (what a model path is, before any work), ``model_files`` (where
@@ -14,7 +15,7 @@ errors  ``ModelLoadError``
 ======  ===========================================================================================
 """
 
-from headprobe.hooked.base import DecodeHook, HookedModel, ResidualHook
+from headprobe.hooked.base import AttentionHook, DecodeHook, HookedModel, ResidualHook
 from headprobe.hooked.errors import ModelLoadError
 from headprobe.hooked.hf import HFModel
 from headprobe.hooked.load import (
@@ -33,6 +34,7 @@ from headprobe.hooked.ours import HeadprobeModel
 
 __all__ = [
     "DTYPES",
+    "AttentionHook",
     "BeyondTrainedError",
     "DecodeHook",
     "HFModel",

@@ -24,8 +24,7 @@ paths           what an input path is when it is not what was asked for (``not_a
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from headprobe.core.lazy import lazy_exports
 
 _EXPORTS = {
     "AttentionConfig": "config",
@@ -49,7 +48,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:  # lazy: `headprobe plan` should not pay for importing the Transformer
-    if name in _EXPORTS:
-        return getattr(import_module(f"headprobe.model.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'headprobe.model' has no attribute {name!r}")
+# lazy: `headprobe plan` should not pay for importing the Transformer
+__getattr__ = lazy_exports(__name__, _EXPORTS)
