@@ -176,8 +176,7 @@ def test_an_error_raised_anywhere_in_a_command_names_the_flags_of_the_command_th
     def refusal(*_args, **_kwargs):
         raise SettingError("`tokenizer`, `overwrite`, `batch_size` and `device` are wrong together")
 
-    monkeypatch.setattr(headprobe.evals.ruler, "resolve_tasks", refusal)  # what ruler generate calls
-    monkeypatch.setattr(headprobe.evals.ruler.settings, "resolve_tasks", refusal)  # ruler eval's settings check
+    monkeypatch.setattr(headprobe.evals.ruler.settings, "resolve_tasks", refusal)  # both commands' settings check
     generate = ["ruler", "generate", "--lengths", "256", "--out", tmp_path / "s.jsonl"]
     refused(invoke(*generate), "error: --tokenizer, --overwrite, batch_size and device are wrong together")
     evaluate = ["ruler", "eval", tmp_path / "model", "--out", tmp_path / "r"]

@@ -187,6 +187,7 @@ class AblateJob(Job[AblateSettings]):
         return [self.settings.from_results, self.settings.needles]
 
     def prepare(self, checkpoints: Sequence[Path]) -> None:
+        super().prepare(checkpoints)
         s = self.settings
         for path in checkpoints:
             ranking = ranked_heads(s.from_results, path, checkpoint_name(path)) if s.from_results else None

@@ -65,31 +65,30 @@ def ruler_generate(
     (``skipped_tasks``) for ``ruler eval``."""
     from headprobe.core.atomic import atomic_write_text
     from headprobe.core.outputs import SAMPLES, claim
-    from headprobe.evals.ruler import RulerGenerator, resolve_tasks
+    from headprobe.evals.ruler import RulerGenerator
     from headprobe.evals.ruler.samples import qa_file_kinds, skip_warnings, skipped_tasks
     from headprobe.hooked import model_tokenizer
     from headprobe.model.tokenizer import load_tokenizer
     from headprobe.text.prompt_format import resolve_wrapper
 
     settings = settings_from(RulerSettings, options)  # a malformed list: one line naming its flag (_Context)
-    settings.validate()  # before any tokenizer loads or file is written
-    tasks, counts, samples, seed = settings.tasks, settings.lengths or [DEFAULT_LENGTH], settings.samples, settings.seed
-    haystack_files, qa_files = [Path(f) for f in settings.haystack_files or []], settings.qa_files
-    prompt_format, fit, cwe_rule = settings.prompt_format, settings.fit, settings.cwe_rule
+    tasks = settings.validate()  # the chosen tasks; before any tokenizer loads or file is written
     if out.is_dir():
         raise fail(f"--out {out} is a folder; give the JSON-lines file to write, e.g. {out / 'samples.jsonl'}", ctx)
-    inputs = [p for p in (tokenizer, *(haystack_files or []), *(qa_files or [])) if Path(p).exists()]
+    inputs = [p for p in (tokenizer, *(settings.haystack_files or []), *(settings.qa_files or [])) if Path(p).exists()]
     claim(out, SAMPLES, inputs=inputs, overwrite=overwrite)  # never an input; a file only with --overwrite
     if not out.parent.is_dir():
         raise fail(f"--out {out}: the folder {out.parent} does not exist; create it or give another path", ctx)
     source = _tokenizer_files(tokenizer)
     tok = load_tokenizer("byte") if source is None else model_tokenizer(source)  # a checkpoint's own, as it loads
     folder = None if source is None else source if source.is_dir() else source.parent
-    qa = qa_file_kinds([str(f) for f in qa_files or []])
-    wrapper = resolve_wrapper(prompt_format, folder)
-    files = haystack_files or None
-    gen = RulerGenerator(tok, seed, files, qa, reserve, wrapper=wrapper, fit=fit, cwe_rule=cwe_rule)
-    rows = list(gen.samples(resolve_tasks(tasks), counts, samples))
+    qa = qa_file_kinds(settings.qa_files)
+    wrapper = resolve_wrapper(settings.prompt_format, folder)
+    files = [Path(f) for f in settings.haystack_files or []] or None
+    gen = RulerGenerator(
+        tok, settings.seed, files, qa, reserve, wrapper=wrapper, fit=settings.fit, cwe_rule=settings.cwe_rule
+    )
+    rows = list(gen.samples(tasks, settings.lengths or [DEFAULT_LENGTH], settings.samples))
     for warning in skip_warnings(skipped_tasks(rows)):
         say_warning(warning, ctx)
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in rows))

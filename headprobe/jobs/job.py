@@ -7,15 +7,15 @@ folder of other settings), builds the resume keys once and lists the work items 
 to do one item (which writes its resumable part) and how to finish (the tables, from every finished part).
 :func:`run_job` does, once for the whole run and in this order:
 
-1. the settings validated (bad settings fail the run before anything is read);
-2. :meth:`Job.prepare`: checks and choices that hold for every checkpoint (e.g. RULER samples resolved,
-   heads ranked from an earlier table), before any model loads;
-3. each checkpoint's lengths checked against what it was trained on
+1. :meth:`Job.prepare`: the settings validated (bad settings fail the run before anything is read), with
+   the checks and choices that hold for every checkpoint (e.g. RULER samples resolved, heads ranked from an
+   earlier table), before any model loads;
+2. each checkpoint's lengths checked against what it was trained on
    (:func:`headprobe.hooked.check_trained_lengths`): beyond it, the whole run fails before any model loads,
    unless ``allow_beyond_trained`` (then the checkpoint's turn logs the warning);
-4. the processes of a ``torchrun`` launch (:mod:`headprobe.core.ranks`): each checkpoint's items are shared
+3. the processes of a ``torchrun`` launch (:mod:`headprobe.core.ranks`): each checkpoint's items are shared
    among them from outside the job (:func:`share`), and the first process finishes;
-5. :func:`headprobe.jobs.checkpoints.run_models`: one results folder per checkpoint, one checkpoint's
+4. :func:`headprobe.jobs.checkpoints.run_models`: one results folder per checkpoint, one checkpoint's
    failure isolated from the others, ``OUT/run.json``.
 
 Adding a command is a settings class, a :class:`Job` subclass and a table schema (docs/index.md, "Adding a
@@ -105,7 +105,7 @@ class Job(ABC, Generic[S]):
     Attributes:
         command: the job's name in ``OUT/run.json`` and in messages (``analyze``, ``ruler eval``).
         adds: the list settings a rerun into a folder adds to (analyze's ``metrics`` and ``lengths``).
-        settings: the settings, validated once by :func:`run_job`.
+        settings: the settings, validated once, by :meth:`prepare`.
     """
 
     command: ClassVar[str]
@@ -127,7 +127,10 @@ class Job(ABC, Generic[S]):
         return []
 
     def prepare(self, checkpoints: Sequence[Path]) -> None:
-        """Checks and choices for the whole run, before any model loads (nothing by default)."""
+        """The settings validated, with the checks and choices for the whole run, before any model loads (by
+        default the validation alone; a job that validates on the way, e.g. while resolving its settings,
+        does it there instead of twice)."""
+        self.settings.validate()
 
     def units(self, checkpoints: int) -> int | None:
         """The progress bar's total for ``checkpoints`` checkpoints when it is known before any model loads
@@ -181,7 +184,6 @@ def run_job(
 ) -> RunReport[pd.DataFrame]:
     """Run ``job`` over every checkpoint (see the module docstring), each into ``out/<name>/``; returns each
     checkpoint's result table and the failures. ``memory_limit``: bytes (``None``: what the device has)."""
-    job.settings.validate()
     paths = [Path(c) for c in checkpoints]
     job.prepare(paths)
     warnings = {}

@@ -184,11 +184,8 @@ class RulerJob(Job[RulerSettings]):
     def prepare(self, checkpoints: Sequence[Path]) -> None:
         if (self.batch_size or 0) < 0:
             raise RulerError(f"`batch_size` {self.batch_size}: give a positive number of samples (0 = automatic)")
-        self.run = resolve_run(self.settings)  # once: every checkpoint evaluates this run
+        self.run = resolve_run(self.settings)  # validated and made concrete once: every checkpoint evaluates this
         self.settings = self.run.settings
-
-    def lengths(self) -> list[int]:
-        return self.settings.lengths or []
 
     def reads(self) -> list[str | Path | None]:
         s = self.settings

@@ -79,7 +79,7 @@ class ShortCtxJob(Job[ShortCtxSettings]):
         self.items: list[Item] = []
 
     def prepare(self, checkpoints: Sequence[Path]) -> None:
-        self.items = self.settings.items()  # a file that does not load fails once, before any model loads
+        self.items = self.settings.items()  # validated, and a file that does not load fails, before any model loads
 
     def reads(self) -> list[str | Path | None]:
         return [self.settings.file]
