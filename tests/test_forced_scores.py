@@ -35,8 +35,9 @@ def tiny() -> HeadprobeModel:
     return HeadprobeModel(Transformer(CONFIG), ByteTokenizer(), "tiny")
 
 
-def dense_forced(model: HeadprobeModel, prompt: NeedlePrompt) -> tuple[dict, dict, dict]:
-    """Per (layer, head): the teacher-forced copy score, its set form and the mean forced mass, from dense float64
+def dense_forced(model: HeadprobeModel, prompt: NeedlePrompt, reach: int = 0) -> tuple[dict, dict, dict]:
+    """Per (layer, head): the teacher-forced copy score, its set form and the mean forced mass (on the span and the
+    ``reach`` prompt tokens after it), from dense float64
     attention probabilities of the post-RoPE q/k that TransformerLens caches (not the seam's hook). Byte-level:
     the forced answer is ``" " + answer`` (the prompt ends in ``is``), its answer steps the answer's bytes, so step
     ``t`` (answer byte ``t``) is the row at ``len(prompt) + t``."""
@@ -59,15 +60,18 @@ def dense_forced(model: HeadprobeModel, prompt: NeedlePrompt) -> tuple[dict, dic
                     copied.append(j)
             value[layer, h] = len(copied) / (end - start)
             set_value[layer, h] = len(set(copied)) / (end - start)
-            mass[layer, h] = sum(float(p[h, row, start:end].sum()) for row in rows) / len(rows)
+            read = min(end + reach, prompt.length)
+            mass[layer, h] = sum(float(p[h, row, start:read].sum()) for row in rows) / len(rows)
     return value, set_value, mass
 
 
-@pytest.mark.parametrize("depth", [30.0, 100.0])
-def test_forced_scores_match_dense_float64_attention(tiny, depth):
+@pytest.mark.parametrize(("depth", "reach"), [(30.0, 0), (100.0, 0), (30.0, 7), (100.0, 120)])
+def test_forced_scores_match_dense_float64_attention(tiny, depth, reach):
     prompt = needle_prompt(tiny.tokenizer, CODE_NEEDLES[0], 300, depth, seed=3)
-    scores, steps = forced_scores(tiny, prompt)
-    value, set_value, mass = dense_forced(tiny, prompt)
+    scores, steps = forced_scores(tiny, prompt, reach=reach)
+    value, set_value, mass = dense_forced(tiny, prompt, reach)
+    if reach == 120:  # at depth 100 the question alone follows the needle: the reach stops at the prompt end
+        assert prompt.length - prompt.answer_end < 120
     assert steps == len(CODE_NEEDLES[0].answer) == 4
     for (layer, h), expected in mass.items():
         assert scores.forced_mass[layer, h] == pytest.approx(expected, rel=1e-5, abs=1e-7)
@@ -143,6 +147,35 @@ def test_a_hand_built_induction_head_scores_exactly_one_and_a_uniform_head_its_s
     for h in (0, 1):
         assert scores.value[1, h] == 0.0
         assert scores.forced_mass[1, h] == pytest.approx((2 / 6 + 1 / 6 + 0 + 0) / 4, abs=1e-12)
+
+
+def test_the_needle_reach_adds_the_keys_after_the_span_to_the_mass_alone():
+    """Keys 3-6 hold the answer; a reach of 2 makes the mass count keys 3-8, a reach of 100 keys 3-10 (the prompt
+    ends at 11: the forced answer's own tokens never count). Worked by hand from the uniform heads' 1 / (keys
+    seen); the copy scores are Wu's rule on the span alone, unchanged."""
+    prompt, model = hand_prompt(), InductionModel()
+    for reach, keys in ((0, 4), (2, 6), (100, 8)):
+        scores, _ = forced_scores(model, prompt, reach=reach)
+        assert scores.value[0, 0] == 1.0 and scores.set_value[0, 0] == 1.0 and scores.value[0, 1] == 0.0
+        assert scores.forced_mass[0, 0] == pytest.approx(1.0, abs=1e-12)  # the induction head: all on the span
+        expected = sum(keys / (row + 1) for row in (10, 11, 12, 13)) / 4
+        assert scores.forced_mass[0, 1] == pytest.approx(expected, abs=1e-12)
+    # sliding layer, window 6, reach 2 (keys 3-8): rows 10..13 see keys 5..10, 6..11, 7..12, 8..13: 4, 3, 2, 1 of them
+    scores, _ = forced_scores(model, prompt, reach=2)
+    for h in (0, 1):
+        assert scores.forced_mass[1, h] == pytest.approx((4 + 3 + 2 + 1) / 6 / 4, abs=1e-12)
+
+
+def test_needle_reading_heads_are_those_with_a_forced_mass_of_at_least_a_tenth():
+    heads = pd.DataFrame({"layer": [0, 0, 1, 1, 1], "head": [0, 1, 0, 1, 2], "length": 512,
+                          "layer_type": ["sliding", "sliding", "full", "full", "full"],
+                          "value": 0.0, "n_kept": 1, "n_samples": 1, "forced_value": 0.0,
+                          "forced_mass": [0.3, 0.0999, 0.1, 0.05, 0.7]})  # fmt: skip
+    rows = pd.DataFrame(retrieval_rows(heads), columns=["length", "layer_type", "layer", "s", "v"])
+    stats = rows.set_index(["layer_type", "s"])["v"]
+    assert stats["all", "reading_heads"] == 3 and stats["all", "reading_fraction"] == pytest.approx(3 / 5)
+    assert stats["full", "reading_heads"] == 2 and stats["full", "reading_fraction"] == pytest.approx(2 / 3)
+    assert stats["sliding", "reading_heads"] == 1 and stats["full", "forced_retrieval_heads"] == 0
 
 
 def test_the_forced_answer_follows_the_prompt_as_the_model_would_read_it():

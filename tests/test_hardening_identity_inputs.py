@@ -165,6 +165,18 @@ def test_a_needles_file_keys_retrieval_by_content_and_not_the_metrics_that_never
     assert "needles_sha256" not in AnalyzeSettings(needles="codes").key(retrieval, 128, tmp_path, [])
 
 
+def test_a_needle_reach_keys_retrieval_only_when_given_so_earlier_results_keep_their_keys(tmp_path):
+    from headprobe.analysis import AnalyzeSettings
+    from headprobe.metrics import get_metrics
+
+    retrieval, entropy = get_metrics(["retrieval", "entropy"])
+    earlier = {"metric", "revision", "length", "checkpoint", "prompt_start", "samples", "seed", "haystack", "dtype",
+               "max_new_tokens", "needles", "retrieval_span", "prompt_format"}  # a retrieval key before the reach
+    assert set(AnalyzeSettings().key(retrieval, 128, tmp_path, [])) == earlier
+    assert AnalyzeSettings(needle_reach=7).key(retrieval, 128, tmp_path, [])["needle_reach"] == 7
+    assert "needle_reach" not in AnalyzeSettings(needle_reach=7).key(entropy, 128, tmp_path, [])
+
+
 def test_runs_without_files_keep_their_keys(tiny, tmp_path):
     assert analyze(tiny, tmp_path / "out", "128").exit_code == 0
     (key,) = part_keys(tmp_path / "out" / "tiny")

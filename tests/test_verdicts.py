@@ -47,6 +47,7 @@ class Study:
     eval_loss: Callable = lambda m, s, r: 2.0 + 0.1 * LOSS_RANK[m]
     fraction: Callable = lambda m, s, r: 0.1 * RANK[m] + 0.01 * s
     forced: Callable = lambda m, s, r: 0.05 * RANK[m]
+    reading: Callable = lambda m, s, r: 0.15 * RANK[m]  # needle-reading heads' fraction
     mass: Callable = lambda m, s, r: 0.3  # teacher-forced attention mass on the needle at the answer steps
     entropy: Callable = lambda m, s, r: 0.6 - (0.0 if r == "pt" else 0.1) + 0.01 * s
     reordering: Callable = lambda m, s, r: 0.3 + (0.1 if r == "cpt" else 0.0) + 0.01 * s
@@ -74,7 +75,7 @@ class Study:
             {"model": model(m, s, r), "member": m, "seed": s, "run": r, "length": n, "layer_type": lt,
              "heads": 4.0, "fraction": self.fraction(m, s, r) if lt == "full" else 0.9,
              "forced_fraction": self.forced(m, s, r) if lt == "full" else 0.9, "n_kept": 4.0,
-             "forced_mass": self.mass(m, s, r)}
+             "forced_mass": self.mass(m, s, r), "reading_fraction": self.reading(m, s, r) if lt == "full" else 0.9}
             for m, s, r in self.who() for n in (512, 1024) for lt in ("full", "sliding", "all")
         ])  # fmt: skip
         out = {"study_runs": runs, "study_probes": probes, "study_heads": heads}
@@ -252,15 +253,22 @@ def test_a_run_without_a_status_is_unknown_not_trained():
     assert frame.loc[5, "verdict"] == "holds"  # toy-d64 is not compared there
 
 
-def test_the_retrieval_head_fraction_falls_back_to_the_teacher_forced_score():
+def test_the_retrieval_head_fraction_falls_back_to_the_needle_reading_heads():
     study = Study(fraction=lambda m, s, r: math.nan if m == "toy-d16" else 0.5)  # toy-d16 copied no needle
+    frame = study.verdicts()
+    assert frame.loc[3, "verdict"] == "holds" and frame.loc[3, "value"] == pytest.approx(0.3)  # 0.15 x rank 2
+    assert frame.loc[3, "inputs"].startswith("study_heads.reading_fraction")
+    assert "needle-reading heads (teacher-forced mass >= 0.1) (Wu's needs a copied needle: none from toy-d16)" in (
+        frame.loc[3, "reason"]
+    )
+    study.drop = {"study_heads": ["reading_fraction"]}  # a study_heads made before needle-reading heads
     frame = study.verdicts()
     assert frame.loc[3, "verdict"] == "holds" and frame.loc[3, "value"] == pytest.approx(0.1)  # 0.05 x rank 2
     assert frame.loc[3, "inputs"].startswith("study_heads.forced_fraction")
     assert "teacher-forced score (Wu's needs a copied needle: none from toy-d16)" in frame.loc[3, "reason"]
-    study.drop = {"study_heads": ["forced_fraction"]}
+    study.drop = {"study_heads": ["reading_fraction", "forced_fraction"]}
     frame = study.verdicts()
-    assert frame.loc[3, "verdict"] == "inconclusive" and "`forced_fraction`" in frame.loc[3, "reason"]
+    assert frame.loc[3, "verdict"] == "inconclusive" and "`reading_fraction`" in frame.loc[3, "reason"]
 
 
 def test_a_head_fraction_of_runs_that_never_look_at_the_needle_decides_nothing():
@@ -268,11 +276,12 @@ def test_a_head_fraction_of_runs_that_never_look_at_the_needle_decides_nothing()
     at most 0.007), so every forced fraction is 0 and "no effect" would be read from an instrument that measured
     nothing. Below a mass of 0.02 in every compared run the finding is inconclusive and says why; one run of
     a compared member that looks at the needle (0.03) is enough for the fraction to count."""
-    blind = Study(fraction=lambda m, s, r: math.nan, forced=lambda m, s, r: 0.0, mass=lambda m, s, r: 0.007)
+    blind = Study(fraction=lambda m, s, r: math.nan, forced=lambda m, s, r: 0.0, mass=lambda m, s, r: 0.007,
+                  reading=lambda m, s, r: 0.0)  # fmt: skip
     frame = blind.verdicts()
     assert frame.loc[3, "verdict"] == "inconclusive" and math.isnan(frame.loc[3, "value"])
     assert "no compared run attends to the needle" in frame.loc[3, "reason"] and "0.0070" in frame.loc[3, "reason"]
-    seeing = Study(fraction=lambda m, s, r: math.nan, forced=lambda m, s, r: 0.05 * RANK[m],
+    seeing = Study(fraction=lambda m, s, r: math.nan, reading=lambda m, s, r: 0.05 * RANK[m],
                    mass=lambda m, s, r: 0.03 if (m, s, r) == ("toy-d64", 0, "cpt") else 0.007)  # fmt: skip
     frame = seeing.verdicts()
     assert frame.loc[3, "verdict"] == "holds" and frame.loc[3, "value"] == pytest.approx(0.1)
@@ -282,7 +291,8 @@ def test_members_that_are_no_preset_have_no_shape_to_compare():
     rank = {"toy-a": 0.0, "toy-b": 1.0}  # no preset: their head shapes are unknown
     study = Study(members=tuple(rank), accuracy=lambda m, s, r: 0.5, eval_loss=lambda m, s, r: 2.0,
                   fraction=lambda m, s, r: rank[m],
-                  forced=lambda m, s, r: rank[m], erank=lambda m, s, r, layer: 10 + rank[m])  # fmt: skip
+                  forced=lambda m, s, r: rank[m], reading=lambda m, s, r: rank[m],
+                  erank=lambda m, s, r, layer: 10 + rank[m])  # fmt: skip
     frame = study.verdicts()
     for finding in (1, 3, 4, 8):
         assert frame.loc[finding, "verdict"] == "inconclusive"

@@ -81,7 +81,7 @@ def decode_items(
     model: HookedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
 ) -> Frames:
     """One needle prompt, decoded as sample number ``sample``: the metric's per-sample tables."""
-    frames = metric.decode(model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span))
+    frames = metric.decode(model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span, s.needle_reach))
     return {table: _tag(frame, length=length) for table, frame in frames.items()}
 
 

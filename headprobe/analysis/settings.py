@@ -22,6 +22,10 @@ METRIC_NAMES = ("retrieval", "entropy", "reordering", "erank")
 
 MIN_LENGTH = 16
 
+# settings added after results existed, with the value every earlier result was made with: they enter a resume
+# key only when they differ from it, so the keys of earlier results stay as they were and those results resume
+LATER: dict[str, Any] = {"needle_reach": 0}
+
 
 class AnalysisError(HeadprobeError, ValueError):
     """Bad analysis settings; the message names the setting (in backticks) and the fix."""
@@ -44,6 +48,10 @@ class AnalyzeSettings:
         needles: the needle set for retrieval (:data:`headprobe.text.needles.NEEDLE_SETS`).
         retrieval_span: ``exact`` (the answer's tokens) or ``reference`` (Wu et al.'s search),
             :class:`headprobe.metrics.retrieval.Span`.
+        needle_reach: prompt tokens after the answer span that retrieval's teacher-forced mass counts as the
+            needle too (0: the span alone): below a full-attention layer, sliding-window layers of window ``W``
+            gather the needle into the ``W - 1`` positions after it, where a head can read it (the toy
+            models: 7, docs/metrics.md).
         prompt_format: how needle prompts are put to the model: ``auto`` (its chat template where it has
             one), ``chat``, ``plain``, or a wrapper holding ``{task_template}`` (a string or a file)
             (:mod:`headprobe.text.prompt_format`).
@@ -73,6 +81,9 @@ class AnalyzeSettings:
     needles: str = setting("builtin", help="retrieval's needle set: builtin | codes (the toy models') | a .jsonl file")
     retrieval_span: str = setting(
         "exact", help="retrieval: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)"
+    )
+    needle_reach: int = setting(
+        0, help="retrieval: tokens after the needle's answer span its forced mass counts too (window - 1)", minimum=0
     )
     prompt_format: str = setting("auto", help=PROMPT_FORMAT_HELP)
     dtype: str | None = setting(None, help=DTYPE_HELP)
@@ -161,6 +172,6 @@ class AnalyzeSettings:
             seed=self.seed,
             haystack=self.haystack,
             dtype=self.dtype,
-            **{name: values[name] for name in metric.settings},
+            **{name: values[name] for name in metric.settings if values[name] != LATER.get(name, ...)},
             **{name: digests for name, digests in self.files().items() if name.removesuffix(CONTENT) in read},
         )

@@ -11,7 +11,8 @@ reordering     ``mean`` per layer type and ``all``
 retrieval      ``retrieval_heads`` (score >= threshold), ``heads``, ``fraction`` per layer type and ``all``;
                ``n_kept``, ``n_samples``, ``mean_score`` (``all``); ``forced_retrieval_heads``
                (``forced_value`` >= threshold, every sample counted), ``forced_fraction`` and
-               ``forced_mass`` (mean over the heads) per layer type and ``all``
+               ``forced_mass`` (mean over the heads), ``reading_heads`` (``forced_mass`` >= 0.1: needle-reading
+               heads) and ``reading_fraction`` per layer type and ``all``
 erank          ``erank`` (uncentred) and ``erank_centered`` per layer (``layer_type`` of that layer)
 =============  =========================================================================================
 """

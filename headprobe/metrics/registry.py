@@ -74,10 +74,12 @@ class DecodeOptions:
     Attributes:
         max_new_tokens: the decoding budget per prompt.
         span: which answer span a copy must land in (:class:`headprobe.metrics.retrieval.Span`).
+        needle_reach: prompt tokens after the span that the teacher-forced mass counts too.
     """
 
     max_new_tokens: int = 50
     span: str = "exact"
+    needle_reach: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,9 @@ METRICS: dict[str, Metric] = {
             "retrieval",
             (RETRIEVAL, RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
             (RETRIEVAL_SAMPLES, RETRIEVAL_COPIES),
-            ("max_new_tokens", "needles", "retrieval_span", "prompt_format"),
+            ("max_new_tokens", "needles", "retrieval_span", "prompt_format", "needle_reach"),
             lambda model, prompt, sample, options: sample_tables(
-                model, prompt, sample, options.max_new_tokens, span=options.span
+                model, prompt, sample, options.max_new_tokens, options.span, options.needle_reach
             ),
             combine_samples,
             retrieval_rows,

@@ -22,7 +22,12 @@ the prompt (:func:`forced_answer`) in one forward pass whose hook keeps only the
 
 * ``forced_value`` (and ``forced_set_value``): Wu's rule at each answer step, the step's token being the
   forced answer token, never a decoded one (a forced retrieval head: ``forced_value >= 0.1``);
-* ``forced_mass``: the attention mass each head puts on the answer span at the answer steps, 0-1.
+* ``forced_mass``: the attention mass each head puts on the answer span at the answer steps, 0-1; with a
+  needle ``reach`` of ``r`` tokens, on the span and the ``r`` prompt tokens after it. A model whose
+  sliding-window layers (window ``W``) sit below its full-attention layers can read the needle where those
+  layers gathered it, at the ``W - 1`` positions after the span, instead of on the span itself: the toy
+  models' full-attention heads do (docs/metrics.md), so their mass on the span alone is near 0 while they
+  answer. A head putting at least :data:`READING_MASS` there is a needle-reading head.
 
 Both are means over every sample: nothing is decoded, so nothing is filtered.
 
@@ -82,7 +87,8 @@ RETRIEVAL = Schema(
         Column(
             "forced_mass",
             "float",
-            "mean over every sample of the attention mass on the answer span at the forced answer steps (0-1)",
+            "mean over every sample of the attention mass on the answer span (and the needle reach after it) at the "
+            "forced answer steps (0-1)",
         ),
     ),
 )
@@ -117,9 +123,16 @@ RETRIEVAL_COPIES = Schema(
         Column("set_value", "float", "its set form: needle tokens copied at least once / span length (0-1)"),
         Column("forced_value", "float", "the teacher-forced copy score in this sample (in `retrieval`, every sample)"),
         Column("forced_set_value", "float", "its set form (0-1)"),
-        Column("forced_mass", "float", "mean attention mass on the answer span over the forced answer steps (0-1)"),
+        Column(
+            "forced_mass",
+            "float",
+            "mean attention mass on the answer span (and the needle reach after it) over the forced answer steps (0-1)",
+        ),
     ),
 )
+
+
+READING_MASS = 0.1  # a needle-reading head: at least this forced mass (25x a uniform head's at 1,024 tokens and 4)
 
 
 class Span(Choice, what="retrieval span"):
@@ -298,18 +311,22 @@ def forced_rows(
     return argmax, mass
 
 
-def forced_scores(model: HookedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT) -> tuple[ForcedScores, int]:
+def forced_scores(
+    model: HookedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT, reach: int = 0
+) -> tuple[ForcedScores, int]:
     """The teacher-forced scores of every head for one needle prompt (:class:`ForcedScores`, ``[layers,
     max_heads]`` each) and the number of answer steps scored. The answer (:func:`forced_answer`) follows the
     prompt; answer step ``t`` is the row whose next token is the answer's ``t``-th scored token ``a_t`` (the
     last prompt token's row first when the answer starts at once). A head copies at step ``t`` when its
     argmax key lies in the answer span (:func:`answer_span`) and holds ``a_t``: Wu's rule with ``a_t`` in
-    place of a decoded token."""
+    place of a decoded token. ``forced_mass`` is the mass on the span and the ``reach`` prompt tokens after
+    it (never past the prompt's end)."""
     start, end = answer_span(model, prompt, span)
     tokens, steps = forced_answer(model.tokenizer, prompt)
     model.check_length(prompt.length + len(tokens) - 1)
     rows = [prompt.length - 1 + i for i in steps]
-    argmax, mass = forced_rows(model, [*prompt.ids, *tokens[:-1]], rows, (start, end))
+    read = (start, max(end, min(end + reach, prompt.length)))  # the mass's keys; the copies' are the span's
+    argmax, mass = forced_rows(model, [*prompt.ids, *tokens[:-1]], rows, read)
     copies = copy_scores(argmax, [tokens[i] for i in steps], prompt.ids, [(start, end)])
     return ForcedScores(copies.value, copies.set_value, mass.mean(0)), len(steps)
 
@@ -419,14 +436,19 @@ def head_scores(copies: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 
 
 def sample_tables(
-    model: HookedModel, prompt: NeedlePrompt, sample: int, max_new_tokens: int = 50, span: Span | str = Span.EXACT
+    model: HookedModel,
+    prompt: NeedlePrompt,
+    sample: int,
+    max_new_tokens: int = 50,
+    span: Span | str = Span.EXACT,
+    reach: int = 0,
 ) -> dict[str, pd.DataFrame]:
     """One needle prompt decoded as sample number ``sample``, and its answer teacher-forced
-    (:func:`forced_scores`): its :data:`RETRIEVAL_SAMPLES` row and its :data:`RETRIEVAL_COPIES` rows, by table
+    (:func:`forced_scores`, with the needle ``reach``): its :data:`RETRIEVAL_SAMPLES` row and its :data:`RETRIEVAL_COPIES` rows, by table
     name (:func:`head_scores` makes the head table of many)."""
     model.check_length(prompt.length + max_new_tokens)
     scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
-    forced, steps = forced_scores(model, prompt, span)
+    forced, steps = forced_scores(model, prompt, span, reach)
     return {
         RETRIEVAL_SAMPLES.table: pd.DataFrame.from_records([{"sample": sample} | record | {"answer_steps": steps}]),
         RETRIEVAL_COPIES.table: copy_rows(model.layers, scores, forced, sample),
@@ -444,13 +466,15 @@ def score_prompts(
     max_new_tokens: int = 50,
     progress: Callable[[int], None] | None = None,
     span: Span | str = Span.EXACT,
+    reach: int = 0,
 ) -> RetrievalScores:
     """Retrieval scores of every head over ``prompts``: the mean copy score over the samples the model
     answered (NaN when none was), with ``n_kept`` and ``n_samples``; every sample's record and copy
-    scores. ``span``: which answer span a copy must land in (:class:`Span`)."""
+    scores. ``span``: which answer span a copy must land in (:class:`Span`); ``reach``: prompt tokens after
+    it that the forced mass counts too (:func:`forced_scores`)."""
     done: list[dict[str, pd.DataFrame]] = []
     for n, prompt in enumerate(prompts):
-        done.append(sample_tables(model, prompt, n, max_new_tokens, span))
+        done.append(sample_tables(model, prompt, n, max_new_tokens, span, reach))
         if progress:
             progress(n + 1)
     if not done:  # no prompt: every head scores NaN over zero samples
@@ -475,6 +499,7 @@ def retrieval_scores(
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     span: Span | str = Span.EXACT,
+    reach: int = 0,
 ) -> RetrievalScores:
     """Wu et al.'s retrieval score of every head (definition: docs/metrics.md), one sample per
     ``(length, depth, needle)`` of the sweep; see :func:`score_prompts`."""
@@ -485,7 +510,7 @@ def retrieval_scores(
         for depth in depths
         for needle in needles
     )
-    return score_prompts(model, prompts, max_new_tokens, progress, span)
+    return score_prompts(model, prompts, max_new_tokens, progress, span, reach)
 
 
 def retrieval_heads(

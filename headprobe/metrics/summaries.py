@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from headprobe.metrics.retrieval import retrieval_heads
+from headprobe.metrics.retrieval import READING_MASS, retrieval_heads
 
 SummaryRow = tuple[int, str, int | None, str, float]
 RETRIEVAL_THRESHOLD = 0.1  # a retrieval head scores at least this (Wu et al.)
@@ -35,7 +35,8 @@ def mean_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
 def retrieval_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
     """Per length: samples kept and decoded, the mean score, and retrieval heads per layer type; and per
     layer type the teacher-forced retrieval heads (``forced_value`` >= the threshold, every sample counted),
-    their fraction, and the mean forced mass over the heads."""
+    their fraction, the mean forced mass over the heads, and the needle-reading heads (``forced_mass`` >=
+    :data:`~headprobe.metrics.retrieval.READING_MASS`) and their fraction."""
     for length, part in frame.groupby("length"):
         n = int(length)
         yield n, "all", None, "n_kept", float(part["n_kept"].iloc[0])
@@ -52,6 +53,9 @@ def retrieval_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
             yield n, r.layer_type, None, "forced_retrieval_heads", float(r.retrieval_heads)
             yield n, r.layer_type, None, "forced_fraction", float(r.fraction)
             yield n, r.layer_type, None, "forced_mass", float(mass[r.layer_type]["forced_mass"].mean())
+        for r in retrieval_heads(part, READING_MASS, score="forced_mass").itertuples():
+            yield n, r.layer_type, None, "reading_heads", float(r.retrieval_heads)
+            yield n, r.layer_type, None, "reading_fraction", float(r.fraction)
 
 
 def erank_rows(frame: pd.DataFrame) -> Iterator[SummaryRow]:
@@ -79,6 +83,7 @@ def retrieval_headline(part: pd.DataFrame) -> str:
     return (
         f"{line}; teacher-forced {int(overall['forced_retrieval_heads'])} ({overall['forced_fraction']:.1%}), "
         f"forced mass {overall['forced_mass']:.3f}"
+        + (f", {int(overall['reading_heads'])} needle-reading" if "reading_heads" in overall else "")
     )
 
 

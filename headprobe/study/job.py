@@ -158,6 +158,7 @@ def head_table(
         samples=s.analysis_samples,
         rows=s.analysis_rows,
         needles="codes",
+        needle_reach=s.analysis_needle_reach,
     )
     summary = _results(
         analyze(list(chosen["checkpoint"]), out, settings, device=device, progress=progress), errors, "analyze"

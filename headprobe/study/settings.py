@@ -26,8 +26,8 @@ class StudySettings:
         probe_samples: examples per probe.
         analysis_runs: the runs ``headprobe analyze`` measures (retrieval heads, entropy, reordering,
             effective rank): before cpt, after cpt, after frozen-attention cpt.
-        analysis_metrics / analysis_lengths / analysis_samples / analysis_rows: its settings
-            (:class:`headprobe.analysis.AnalyzeSettings`); retrieval uses the ``codes`` needles.
+        analysis_metrics / analysis_lengths / analysis_samples / analysis_rows / analysis_needle_reach: its
+            settings (:class:`headprobe.analysis.AnalyzeSettings`); retrieval uses the ``codes`` needles.
         ruler_runs / ruler_tasks / ruler_lengths / ruler_samples: RULER-style evaluation
             (:class:`headprobe.evals.ruler.RulerSettings`) of these runs.
         shortctx_runs: the runs scored on the short-context tasks.
@@ -42,6 +42,7 @@ class StudySettings:
     analysis_lengths: list[int] = setting(factory=lambda: [1024], minimum=MIN_LENGTH)
     analysis_samples: int = setting(4, minimum=1)
     analysis_rows: str = "all"
+    analysis_needle_reach: int = setting(0, minimum=0)
     ruler_runs: list[str] = field(default_factory=lambda: ["cpt", "cpt-frozen", "sft"])
     ruler_tasks: list[str] = field(default_factory=lambda: ["niah_single_1", "niah_single_2", "niah_multikey_1"])
     ruler_lengths: list[int] = setting(factory=lambda: [512, 1024], minimum=1)

@@ -90,6 +90,13 @@ STUDY_HEADS = Schema(
         ),
         Column("forced_fraction", "float", "forced_retrieval_heads / heads"),
         Column("forced_mass", "float", "mean over the heads of the needle span's attention mass at the answer steps"),
+        Column(
+            "reading_heads",
+            "float",
+            "needle-reading heads: the head's own forced_mass (the needle reach counted: analysis_needle_reach) "
+            ">= 0.1; never missing",
+        ),
+        Column("reading_fraction", "float", "reading_heads / heads"),
     ),
 )
 STUDY_RULER = Schema(
@@ -222,6 +229,10 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
             )
             out["Needle attention mass at the answer steps (mean over heads, 0-1)"] = spread(
                 kept, ["member"], ["run", "layer_type"], "forced_mass", digits=3
+            )
+        if "reading_heads" in kept:  # study_heads written before needle-reading heads lack them
+            out["Needle-reading heads (forced mass >= 0.1): fraction of the layer type's heads"] = spread(
+                kept, ["member"], ["run", "layer_type"], "reading_fraction", digits=2
             )
     runs = tables.get(STUDY_RUNS.table, pd.DataFrame())
     if not runs.empty:

@@ -396,7 +396,8 @@ NEEDLE_MASS_FLOOR = 0.02  # finding 3: below this mean attention mass on the nee
 
 def head_fraction(data: StudyData, base: Verdict) -> Verdict:
     """Finding 3: retrieval-head fraction of the full-attention heads after cpt, widest minus narrowest
-    symmetric member; Wu's score where every compared run has it, else the teacher-forced one."""
+    symmetric member; Wu's score where every compared run has it, else the needle-reading heads' (teacher-forced
+    mass on the needle and its reach >= 0.1; the teacher-forced copy score in tables made before them)."""
     heads = data.table("study_heads", ("layer_type",))
     symmetric = data.of_kind("symmetric")
     rows = data.trained(heads[(heads.layer_type == "full") & (heads.run == CPT) & heads.member.isin(symmetric)])
@@ -405,14 +406,16 @@ def head_fraction(data: StudyData, base: Verdict) -> Verdict:
     compared = rows[rows.member.isin([low, high])]
     if "fraction" in rows and compared["fraction"].notna().all():
         column, which = "fraction", "Wu's score (every compared run copied a needle)"
-    elif "forced_fraction" in rows:
+    elif fallback := next((c for c in ("reading_fraction", "forced_fraction") if c in rows), None):
         lacking = sorted(set(compared[compared["fraction"].isna()].member)) if "fraction" in rows else []
-        column, which = "forced_fraction", "the teacher-forced score" + (
+        column = fallback
+        which = ("the needle-reading heads (teacher-forced mass >= 0.1)" if column == "reading_fraction"
+                 else "the teacher-forced score") + (
             f" (Wu's needs a copied needle: none from {', '.join(lacking)})" if lacking else "")  # fmt: skip
     else:
         raise Inconclusive(f"Wu's fraction is missing where no needle was copied and study_heads lacks "
-                           f"`forced_fraction`: {RERUN}")  # fmt: skip
-    if column == "forced_fraction" and "forced_mass" in compared and compared["forced_mass"].notna().any():
+                           f"`reading_fraction` and `forced_fraction`: {RERUN}")  # fmt: skip
+    if column != "fraction" and "forced_mass" in compared and compared["forced_mass"].notna().any():
         mass = float(compared["forced_mass"].max())
         if mass < NEEDLE_MASS_FLOOR:  # no head of any compared run looks at the needle: nothing to score
             raise Inconclusive(
