@@ -444,8 +444,8 @@ def sample_tables(
     reach: int = 0,
 ) -> dict[str, pd.DataFrame]:
     """One needle prompt decoded as sample number ``sample``, and its answer teacher-forced
-    (:func:`forced_scores`, with the needle ``reach``): its :data:`RETRIEVAL_SAMPLES` row and its :data:`RETRIEVAL_COPIES` rows, by table
-    name (:func:`head_scores` makes the head table of many)."""
+    (:func:`forced_scores`, with the needle ``reach``): its :data:`RETRIEVAL_SAMPLES` row and its
+    :data:`RETRIEVAL_COPIES` rows, by table name (:func:`head_scores` makes the head table of many)."""
     model.check_length(prompt.length + max_new_tokens)
     scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
     forced, steps = forced_scores(model, prompt, span, reach)
