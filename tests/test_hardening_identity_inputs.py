@@ -170,8 +170,21 @@ def test_a_needle_reach_keys_retrieval_only_when_given_so_earlier_results_keep_t
     from headprobe.metrics import get_metrics
 
     retrieval, entropy = get_metrics(["retrieval", "entropy"])
-    earlier = {"metric", "revision", "length", "checkpoint", "prompt_start", "samples", "seed", "haystack", "dtype",
-               "max_new_tokens", "needles", "retrieval_span", "prompt_format"}  # a retrieval key before the reach
+    earlier = {
+        "metric",
+        "revision",
+        "length",
+        "checkpoint",
+        "prompt_start",
+        "samples",
+        "seed",
+        "haystack",
+        "dtype",
+        "max_new_tokens",
+        "needles",
+        "retrieval_span",
+        "prompt_format",
+    }  # a retrieval key before the reach
     assert set(AnalyzeSettings().key(retrieval, 128, tmp_path, [])) == earlier
     assert AnalyzeSettings(needle_reach=7).key(retrieval, 128, tmp_path, [])["needle_reach"] == 7
     assert "needle_reach" not in AnalyzeSettings(needle_reach=7).key(entropy, 128, tmp_path, [])

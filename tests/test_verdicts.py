@@ -258,8 +258,9 @@ def test_the_retrieval_head_fraction_falls_back_to_the_needle_reading_heads():
     frame = study.verdicts()
     assert frame.loc[3, "verdict"] == "holds" and frame.loc[3, "value"] == pytest.approx(0.3)  # 0.15 x rank 2
     assert frame.loc[3, "inputs"].startswith("study_heads.reading_fraction")
-    assert "needle-reading heads (teacher-forced mass >= 0.1) (Wu's needs a copied needle: none from toy-d16)" in (
-        frame.loc[3, "reason"]
+    assert (
+        "needle-reading heads (teacher-forced mass >= 0.1) (Wu's needs a copied needle: none from toy-d16)"
+        in (frame.loc[3, "reason"])
     )
     study.drop = {"study_heads": ["reading_fraction"]}  # a study_heads made before needle-reading heads
     frame = study.verdicts()
