@@ -186,3 +186,37 @@ def test_the_layers_in_docs_index_are_the_import_contracts_layers():
         if line.strip() and not line.startswith("trainer")
     ]
     assert documented == expected
+
+
+def _indexed(doc: str) -> list[str]:
+    """The names in the first column of a docstring's module table (an rST simple table between two rules)."""
+    lines = doc.splitlines()
+    rules = [i for i, line in enumerate(lines) if re.fullmatch(r"=+( +=+)+", line.strip())]
+    if len(rules) < 2:
+        return []
+    return [line.split()[0] for line in lines[rules[0] + 1 : rules[1]] if line.strip() and not line[0].isspace()]
+
+
+def test_every_package_docstring_lists_exactly_its_modules():
+    """docs/index.md calls each package's docstring its index: every module and subpackage is in its table, and
+    nothing is that is not (a folder of assets says so with its trailing ``/``). The top package's index is
+    the README's layout table."""
+    wrong = []
+    for init in sorted((ROOT / "headprobe").rglob("__init__.py")):
+        folder = init.parent
+        if folder == ROOT / "headprobe":
+            continue
+        modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+        modules |= {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        assets = {f"{p.name}/" for p in folder.iterdir() if p.is_dir() and not (p / "__init__.py").is_file()}
+        listed = set(_indexed(ast.get_docstring(ast.parse(init.read_text())) or ""))
+        missing, extra = sorted(modules - listed), sorted(listed - modules - assets)
+        if missing or extra:
+            wrong.append(f"{folder.relative_to(ROOT)}: not listed {missing}, listed but absent {extra}")
+    assert not wrong, "package docstrings out of date:\n" + "\n".join(wrong)
+
+
+def test_the_index_reader_reads_a_hand_written_table():
+    doc = "Intro.\n\n====  ====\nab    one\n      more of one\ncd    two\n====  ====\n\nAfter."
+    assert _indexed(doc) == ["ab", "cd"]
+    assert _indexed("No table here.") == []

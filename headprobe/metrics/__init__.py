@@ -8,6 +8,7 @@ erank       effective rank of the residual stream
 retrieval   Wu et al.'s retrieval score, its teacher-forced form and the needle mass; retrieval heads
 heads       per-head means of row statistics
 rows        ``Rows``: which query rows a pass analyses
+summaries   what each metric adds to a run's ``analysis_summary`` (aggregate rows) and its one-line headline
 ==========  =========================================================================================
 
 Every table has one row per layer x head (per residual site for effective rank) and the columns

@@ -1,7 +1,7 @@
 """The head-shape model family: configuration, presets, the Transformer, attention, checkpoints, costs.
 
 This package imports nothing of headprobe but the foundation, ``headprobe.core`` (errors, typed choices,
-atomic files); the trainer, the hooked models (``headprobe.hooked``) and the analyses build on it.
+atomic files, paths); the trainer, the hooked models (``headprobe.hooked``) and the analyses build on it.
 
 ==============  ===================================================================================
 config          ``AttentionConfig``, ``ModelConfig``, ``LayerType``, ``LayerInfo`` (plain dataclasses)
@@ -17,8 +17,8 @@ tokenizer       the byte tokenizer and local ``tokenizer.json`` files
 eval_loss       a model's loss on fixed rows, pooled and per split (the held-out evaluation loss)
 checkpoint      checkpoint folders (``save_checkpoint``, ``load_checkpoint``)
 budget          the only parameter / FLOP / KV-cache / memory formulas
-atomic          atomic file and folder writes; one run per output folder (``folder_lock``)
-paths           what an input path is when it is not what was asked for (``not_a``); ``read_utf8``
+answers         how a model answers prompts: exact greedy answers and their teacher-forced loss
+decoding        the one greedy decoding loop (``Transformer.generate`` and the hooked models' ``decode``)
 ==============  ===================================================================================
 """
 
