@@ -140,7 +140,7 @@ def test_analyze_with_an_edited_haystack_is_refused_naming_it(tiny, tmp_path, mo
     out = tmp_path / "out"
     assert analyze(tiny, out, "128", "--haystack-file", "hay.txt").exit_code == 0
     settings = json.loads((out / "run.json").read_text())["settings"]
-    assert settings["haystack"] == ["hay.txt"]
+    assert settings["haystack_files"] == ["hay.txt"]
     assert settings["haystack_sha256"] == {"hay.txt": file_sha256("hay.txt")}  # run.json: the content too
     assert all(k["haystack_sha256"] == {"hay.txt": file_sha256("hay.txt")} for k in part_keys(out / "tiny"))
     before = snapshot(out)

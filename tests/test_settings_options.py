@@ -53,9 +53,9 @@ def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(pat
 
 
 def test_list_settings_are_read_from_their_text_forms():
-    given = {"metrics": "entropy,erank", "lengths": "1k,2048", "haystack": ("a.txt", "b.txt"), "rows": "last:8"}
+    given = {"metrics": "entropy,erank", "lengths": "1k,2048", "haystack_files": ("a.txt", "b.txt"), "rows": "last:8"}
     s = settings_from(AnalyzeSettings, given)
-    assert s.metrics == ["entropy", "erank"] and s.lengths == [1024, 2048] and s.haystack == ["a.txt", "b.txt"]
+    assert s.metrics == ["entropy", "erank"] and s.lengths == [1024, 2048] and s.haystack_files == ["a.txt", "b.txt"]
     assert s.rows == "last:8" and s.row_selection.n == 8
     with pytest.raises(typer.BadParameter, match="--lengths"):
         settings_from(AnalyzeSettings, {"lengths": "4096,lots"})

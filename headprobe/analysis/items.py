@@ -27,7 +27,7 @@ def _tag(frame: pd.DataFrame, **columns: object) -> pd.DataFrame:
 
 def haystack_inputs(model: HookedModel, length: int, s: AnalyzeSettings) -> Tensor:
     """``[samples, length]`` token ids: the haystack texts every pass metric reads at ``length``."""
-    return text_inputs(model.tokenizer, length, s.samples, s.seed, s.haystack_files, start=model.prompt_start)
+    return text_inputs(model.tokenizer, length, s.samples, s.seed, s.haystack_paths, start=model.prompt_start)
 
 
 def text_items(
@@ -69,7 +69,7 @@ def needle_prompts(model: HookedModel, length: int, s: AnalyzeSettings) -> list[
             length,
             depth,
             seed=s.seed + i,
-            files=s.haystack_files,
+            files=s.haystack_paths,
             start=model.prompt_start,
             wrapper=wrapper,
         )

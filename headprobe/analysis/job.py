@@ -174,7 +174,7 @@ class AnalyzeJob(Job[AnalyzeSettings]):
     adds = ("metrics", "lengths")  # what a rerun into a folder adds to (other settings must stay: check_parts)
 
     def reads(self) -> list[str | Path | None]:
-        return [*(self.settings.haystack or []), self.settings.needles]
+        return [*(self.settings.haystack_files or []), self.settings.needles]
 
     def units(self, checkpoints: int) -> int:
         per_checkpoint = sum(_units(m, self.settings) for m in self.settings.chosen()) * len(self.settings.lengths)

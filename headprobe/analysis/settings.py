@@ -44,7 +44,7 @@ class AnalyzeSettings:
         topk: top-k keys per row for token reordering.
         seed: haystack and needle placement seed.
         max_new_tokens: retrieval's decoding budget per sample.
-        haystack: text files to use instead of the built-in corpus.
+        haystack_files: text files to use instead of the built-in corpus (``--haystack-file``, as ``ruler``'s).
         needles: the needle set for retrieval (:data:`headprobe.text.needles.NEEDLE_SETS`).
         retrieval_span: ``exact`` (the answer's tokens) or ``reference`` (Wu et al.'s search),
             :class:`headprobe.metrics.retrieval.Span`.
@@ -75,7 +75,7 @@ class AnalyzeSettings:
     topk: int = setting(16, help="top-k keys per row for token reordering", minimum=1)
     seed: int = setting(0, help="haystack and needle placement seed")
     max_new_tokens: int = setting(50, help="retrieval: decoding budget per sample", minimum=1)
-    haystack: list[str] | None = setting(
+    haystack_files: list[str] | None = setting(
         None, help="text files to use as haystack", flag="--haystack-file", form="paths"
     )
     needles: str = setting("builtin", help="retrieval's needle set: builtin | codes (the toy models') | a .jsonl file")
@@ -103,8 +103,8 @@ class AnalyzeSettings:
         return Rows.parse(self.rows)
 
     @property
-    def haystack_files(self) -> list[Path] | None:
-        return [Path(f) for f in self.haystack] if self.haystack else None
+    def haystack_paths(self) -> list[Path] | None:
+        return [Path(f) for f in self.haystack_files] if self.haystack_files else None
 
     def chosen(self) -> list[Metric]:
         from headprobe.metrics import get_metrics
@@ -132,9 +132,9 @@ class AnalyzeSettings:
             raise AnalysisError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
         if repeated := repeated_lengths(self.lengths):
             raise AnalysisError(repeated)
-        for f in self.haystack_files or []:
+        for f in self.haystack_paths or []:
             try:
-                read_text_file(f, "`haystack`")
+                read_text_file(f, "`haystack_files`")
             except TextFileError as err:
                 raise AnalysisError(str(err)) from None
         need = max((getattr(m, "min_topk", 0) for m in metrics), default=0)
@@ -152,10 +152,13 @@ class AnalyzeSettings:
 
     def files(self) -> dict[str, dict[str, str]]:
         """The input files given, by content (:func:`headprobe.core.paths.content_keys`): ``haystack_sha256``
-        and, for a needles file, ``needles_sha256``; empty without files."""
+        and, for a needles file, ``needles_sha256``; empty without files. (``haystack``: the setting's name
+        before it became ``haystack_files``, kept in keys so that earlier results resume.)"""
         from headprobe.text.needles import NEEDLE_SETS
 
-        return content_keys(haystack=self.haystack, needles=None if self.needles in NEEDLE_SETS else self.needles)
+        return content_keys(
+            haystack=self.haystack_files, needles=None if self.needles in NEEDLE_SETS else self.needles
+        )
 
     def key(self, metric: Metric, length: int, checkpoint: Path, prompt_start: list[int]) -> dict[str, Any]:
         """The resume key of one (metric, length) item: what every metric depends on, plus the metric's own
@@ -170,7 +173,7 @@ class AnalyzeSettings:
             prompt_start=prompt_start,
             samples=self.samples,
             seed=self.seed,
-            haystack=self.haystack,
+            haystack=self.haystack_files,  # the key's name from before the rename: earlier results resume
             dtype=self.dtype,
             **{name: values[name] for name in metric.settings if values[name] != LATER.get(name, ...)},
             **{name: digests for name, digests in self.files().items() if name.removesuffix(CONTENT) in read},

@@ -85,7 +85,7 @@ def setting(
     below: float | None = None,
 ) -> Any:
     """A settings field (``default``, or ``factory`` for a list) with its command-line ``help``; ``flag`` when
-    the option is not named after the field (``--haystack-file`` for ``haystack``); ``form``, how a list is
+    the option is not named after the field (``--haystack-file`` for ``haystack_files``); ``form``, how a list is
     written on the command line: ``names`` (a comma list), ``numbers`` (a comma list of the field's numbers,
     ``0,1,2``), ``lengths`` (token counts, ``4096,16k``), ``paths`` (the option given once per file) or
     ``texts`` (the option given once per item, an item may hold commas: ``--heads 17.3,18.7``), and ``path``
