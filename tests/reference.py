@@ -9,6 +9,7 @@ the definitions, one copy each. Nothing here calls the code under test.
 * :func:`dense_forward` the whole model written out from its weights.
 * :func:`dense_entropy_per_head` mean attention entropy per head from cached post-RoPE q/k.
 * :func:`pooled_reference` an attention map pooled into blocks, as the explorer defines its pixels.
+* :func:`param_count` a model's distinct parameters, counted from the tensors themselves.
 """
 
 from __future__ import annotations
@@ -172,3 +173,9 @@ def pooled_reference(p: torch.Tensor, rows: tuple[int, int], keys: tuple[int, in
             ks = slice(k0 + b * block, min(k1, k0 + (b + 1) * block))
             out[a, b] = sum(float(p[i, ks].sum()) for i in qs) / len(qs)
     return out
+
+
+def param_count(model: torch.nn.Module) -> int:
+    """The model's distinct parameters: every tensor's elements, a tied weight once (``parameters()`` yields
+    each shared tensor once)."""
+    return sum(p.numel() for p in model.parameters())

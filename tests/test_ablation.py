@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import headprobe as hp
 from headprobe.ablation import AblateSettings, conditions, ranked_heads
+from headprobe.ablation.settings import AblateError
 from headprobe.cli import app
 from headprobe.hooked import HeadprobeModel
 from headprobe.hooked.ablation import AblationError, Head, parse_heads
@@ -202,24 +203,24 @@ def test_head_sets_top_and_random(tmp_path):
     assert runs[5].heads == (Head(0, 0), Head(2, 3)) and runs[5].columns()["heads"] == "0.0,2.3"
     # heads scoring 0 are not ranked: 5 copied the needle at all (0.0 with 0.09 too), 4 of them >= 0.1
     assert len(ranked) == 5 and ranked[4] == Head(0, 0)
-    with pytest.raises(AblationError, match=r"top:20: only 5 heads of m in .* copied the needle at all .*4 of them"):
+    with pytest.raises(AblateError, match=r"top:20: only 5 heads of m in .* copied the needle at all .*4 of them"):
         conditions(AblateSettings(heads=["top:20"], from_results=str(tmp_path)), every, ranking)
-    with pytest.raises(AblationError, match="random:9: only 8 heads are not retrieval heads"):  # 12 - 4 (1.2: unscored)
+    with pytest.raises(AblateError, match="random:9: only 8 heads are not retrieval heads"):  # 12 - 4 (1.2: unscored)
         conditions(AblateSettings(heads=["random:9"], from_results=str(tmp_path)), every, ranking)
 
 
 def test_ranked_heads_says_what_is_wrong_with_the_folder(tmp_path):
     with pytest.raises(
-        AblationError, match=r"holds no retrieval table .*; run `headprobe analyze MODEL --metrics retrieval --out NEW"
+        AblateError, match=r"holds no retrieval table .*; run `headprobe analyze MODEL --metrics retrieval --out NEW"
     ):
         ranked_heads(tmp_path, None, "m")
     _retrieval_folder(tmp_path / "a", {(0, 0): math.nan, (0, 1): math.nan})
-    with pytest.raises(AblationError, match="scores no head: no needle sample was kept"):
+    with pytest.raises(AblateError, match="scores no head: no needle sample was kept"):
         ranked_heads(tmp_path / "a", None, "m")
     _retrieval_folder(tmp_path / "b", {(0, 0): 0.5}, model="x")
     _retrieval_folder(tmp_path / "b", {(0, 0): 0.5}, model="y")
     with pytest.raises(
-        AblationError, match=r"holds retrieval scores of x \(another model\), y \(another model\), not of m;"
+        AblateError, match=r"holds retrieval scores of x \(another model\), y \(another model\), not of m;"
     ):
         ranked_heads(tmp_path / "b", None, "m")
 

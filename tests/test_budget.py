@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from reference import param_count
 from torch.utils.flop_counter import FlopCounterMode
 
 from headprobe.model.budget import budget, mean_visible_keys
@@ -16,7 +17,7 @@ def test_params_match_the_built_model(name):
     with torch.device("meta"):
         model = Transformer(preset(name))
     b = budget(preset(name))
-    assert b.params == model.num_params()
+    assert b.params == param_count(model)
     attn = sum(p.numel() for n, p in model.named_parameters() if ".attn." in n and "_norm." not in n)
     assert b.attn_params == attn  # the attention budget: the projections
 
@@ -25,7 +26,7 @@ def test_params_count_the_qk_norm_gains():
     from headprobe.model.config import AttentionConfig
 
     cfg = tiny_config(full=AttentionConfig(n_heads=2, qk_head_dim=16, v_head_dim=4, rope_dim=8, qk_norm=True))
-    assert budget(cfg).params == Transformer(cfg).num_params() == Transformer(tiny_config()).num_params() + 2 * 16
+    assert budget(cfg).params == param_count(Transformer(cfg)) == param_count(Transformer(tiny_config())) + 2 * 16
 
 
 @pytest.mark.parametrize("seq_len, window", [(1, None), (10, None), (10, 3), (10, 10), (10, 40), (1000, 64)])

@@ -2,6 +2,7 @@ import json
 
 import pytest
 import torch
+from reference import param_count
 from typer.testing import CliRunner
 
 import headprobe.analysis.items as items_mod
@@ -25,7 +26,7 @@ def test_plan_json_every_preset_against_built_models():
         assert {"name", "params", "attn_params", "flops_per_token", "kv_bytes_per_token"} <= set(row)
         with torch.device("meta"):
             model = Transformer(preset(row["name"]))
-        assert row["params"] == model.num_params()
+        assert row["params"] == param_count(model)
         assert row["attn_params"] == sum(p.numel() for n, p in model.named_parameters() if ".attn." in n)
         assert row["seq_len"] == 8192
 

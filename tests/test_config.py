@@ -2,6 +2,7 @@ import json
 
 import pytest
 import torch
+from reference import param_count
 
 from headprobe.model.config import AttentionConfig, ConfigError, ModelConfig
 from headprobe.model.presets import list_presets, preset
@@ -12,7 +13,7 @@ from headprobe.testing import tiny_config
 def meta_params(name: str) -> int:
     """Parameter count of the real model, built on the meta device (no memory)."""
     with torch.device("meta"):
-        return Transformer(preset(name)).num_params()
+        return param_count(Transformer(preset(name)))
 
 
 @pytest.mark.parametrize("scale, lo, hi", [("toy", 1.2e6, 1.5e6), ("0.6b", 0.55e9, 0.65e9), ("3b", 2.8e9, 3.2e9)])

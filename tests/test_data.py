@@ -200,7 +200,7 @@ def test_loss_spans_become_token_masks_stored_with_the_shards(tmp_path):
     tok = ByteTokenizer()
     prepare([tmp_path / "a.txt", tmp_path / "b.jsonl"], tok, tmp_path / "data", shard_tokens=16)
     data = TokenData(tmp_path / "data", verify=True)
-    assert data.has_masks and all(s.mask_file for s in data.manifest.shards)
+    assert all(s.mask_file for s in data.manifest.shards)
     ids, mask = _stream_with_masks(data)
     docs, cur = [], []
     for t, m in zip(ids, mask, strict=True):

@@ -13,7 +13,7 @@ import torch
 from cli_checks import invoke, refused
 
 from headprobe.analysis import AnalyzeSettings
-from headprobe.analysis.settings import AnalysisError
+from headprobe.analysis.settings import AnalyzeError
 from headprobe.cli.common import token_counts
 from headprobe.evals.ruler.settings import RulerError, RulerSettings
 from headprobe.testing import tiny_checkpoint
@@ -65,7 +65,7 @@ def test_a_length_given_twice_is_measured_once(tmp_path, ckpt):
     assert res.exit_code == 0, res.output
     assert json.loads((tmp_path / "o" / "run.json").read_text())["settings"]["lengths"] == [256]
     assert "-1 of" not in res.output and "done earlier" not in res.output
-    with pytest.raises(AnalysisError, match=r"`lengths` lists 256 more than once"):
+    with pytest.raises(AnalyzeError, match=r"`lengths` lists 256 more than once"):
         AnalyzeSettings(lengths=[256, 512, 256]).validate()
     with pytest.raises(RulerError, match=r"`lengths` lists 1024 more than once; give each length once"):
         RulerSettings(lengths=[1024, 1024]).validate()

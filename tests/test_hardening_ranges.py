@@ -16,7 +16,7 @@ import typer.main
 from cli_checks import invoke, refused
 
 from headprobe.ablation.settings import AblateSettings
-from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
+from headprobe.analysis.settings import AnalyzeError, AnalyzeSettings
 from headprobe.cli import app
 from headprobe.core.settings import Range, check_ranges
 from headprobe.evals.ruler.settings import RulerSettings
@@ -113,7 +113,7 @@ def test_a_recipe_with_a_number_out_of_range_is_refused_before_its_first_run(tmp
 def test_the_library_applies_the_same_rule(tmp_path):
     with pytest.raises(TrainError, match=r"`beta2`: give a value of at least 0 and below 1, got 1.5"):
         TrainConfig(out=str(tmp_path), beta2=1.5)
-    with pytest.raises(AnalysisError, match=r"`topk`: give at least 1, got 0"):
+    with pytest.raises(AnalyzeError, match=r"`topk`: give at least 1, got 0"):
         AnalyzeSettings(topk=0).validate()
     with pytest.raises(ValueError, match=r"`x`: give a value above 0, got -2"):
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from cli_checks import WIDE, invoke, one_error, refused, snapshot
 
-from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
+from headprobe.analysis.settings import AnalyzeError, AnalyzeSettings
 from headprobe.core.settings import MAX_TOKENS, Range
 from headprobe.metrics.attention import kendall_reordering
 from headprobe.metrics.erank import ErankCollector, NonFiniteError
@@ -119,7 +119,7 @@ def test_a_topk_beyond_the_longest_length_is_refused_before_work(tmp_path, ckpt)
     refused(res, "--topk 100,000 is more than the longest of --lengths (128 tokens)", "give --topk from 2 to 128")
     assert not out.exists()
     AnalyzeSettings(metrics=["entropy"], lengths=[128], topk=100_000).validate()  # unused without reordering
-    with pytest.raises(AnalysisError, match="`topk` 129 is more than"):
+    with pytest.raises(AnalyzeError, match="`topk` 129 is more than"):
         AnalyzeSettings(metrics=["reordering"], lengths=[64, 128], topk=129).validate()
 
 
@@ -165,7 +165,7 @@ def test_token_counts_have_an_upper_bound_everywhere(tmp_path, ckpt, args, says)
 
 
 def test_the_library_holds_lengths_to_the_same_bound():
-    with pytest.raises(AnalysisError, match=rf"`lengths`: give a value from 16 to {MAX_TOKENS}, got {MAX_TOKENS + 1}"):
+    with pytest.raises(AnalyzeError, match=rf"`lengths`: give a value from 16 to {MAX_TOKENS}, got {MAX_TOKENS + 1}"):
         AnalyzeSettings(lengths=[MAX_TOKENS + 1]).validate()
 
 

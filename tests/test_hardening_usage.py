@@ -13,11 +13,10 @@ import pytest
 from cli_checks import invoke, refused, snapshot
 
 from headprobe.ablation import AblateSettings
-from headprobe.ablation.settings import ranked_heads
+from headprobe.ablation.settings import AblateError, ranked_heads
 from headprobe.analysis import AnalyzeSettings
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.hooked import load_model
-from headprobe.hooked.ablation import AblationError
 from headprobe.jobs.checkpoints import checkpoint_name
 from headprobe.results import TableMeta, write_table
 from headprobe.testing import tiny_checkpoint
@@ -175,7 +174,7 @@ def test_a_ranking_without_scores_offers_chat_only_to_a_model_with_a_template(tm
     meta = TableMeta("retrieval", "m", settings={"prompt_format": "plain", "needles": "builtin"},
                      model_facts={"chat_template": chat_template})  # fmt: skip
     write_table(tmp_path / "m" / "retrieval.parquet", pd.DataFrame(rows), meta)
-    with pytest.raises(AblationError, match="scores no head") as err:
+    with pytest.raises(AblateError, match="scores no head") as err:
         ranked_heads(tmp_path, None, "m")
     assert ("--prompt-format chat" in str(err.value)) == offers_chat
     assert ("--needles codes" in str(err.value)) == (not chat_template)

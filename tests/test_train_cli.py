@@ -122,7 +122,8 @@ def test_synth_tasks_command_writes_masked_data_and_trains_on_it(tmp_path):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     data = TokenData(tmp_path / "t", verify=True)
-    assert data.has_masks and data.manifest.extra["tasks"]["settings"]["distance"] == [100, 200]
+    assert all(s.mask_file for s in data.manifest.shards)
+    assert data.manifest.extra["tasks"]["settings"]["distance"] == [100, 200]
     assert 0 < data.masks(0, len(data)).mean() < 0.5  # only the recalled values and copies are targets
     cfg = tmp_path / "model.json"
     cfg.write_text(tiny_config(vocab_size=264, max_seq_len=64).to_json())

@@ -461,10 +461,6 @@ class TokenData:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
-    @property
-    def has_masks(self) -> bool:
-        return self._masks is not None
-
     def _read(self, maps: list[np.ndarray], start: int, stop: int, dtype: type) -> np.ndarray:
         out = np.empty(stop - start, dtype=dtype)
         pos = start

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from headprobe.analysis.settings import MIN_LENGTH
+from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import content_keys
 from headprobe.core.resume import repeated_lengths
 from headprobe.core.settings import DTYPE_HELP, MAX_TOKENS, PROMPT_FORMAT_HELP, check_ranges, setting
@@ -45,6 +46,12 @@ if TYPE_CHECKING:
 
 NEEDLE_TASK = "needle"  # the analyze needles, scored as Wu et al. keep a sample (ROUGE-1 recall > 0.5)
 ABLATABLE_TASKS = (NEEDLE_TASK, *(name for name in TASKS if name.startswith("niah")))
+
+
+class AblateError(HeadprobeError, ValueError):
+    """Bad ablation settings, or heads they name that the results cannot give; the message names the setting
+    (in backticks) and the fix. (A head list the seam cannot ablate:
+    :class:`headprobe.hooked.ablation.AblationError`.)"""
 
 
 @dataclass(frozen=True)
@@ -154,42 +161,42 @@ class AblateSettings:
 
     def validate(self) -> None:
         """Raise a :class:`~headprobe.core.errors.HeadprobeError` naming the first bad setting (reads no model):
-        an :class:`AblationError`, or the error of the parser that refused it (``dtype``: a ``SettingError``;
+        an :class:`AblateError`, or the error of the parser that refused it (``dtype``: a ``SettingError``;
         ``prompt_format``: a ``PromptFormatError``; ``needles``: a ``NeedleError``; ``modes``: a
         ``ChoiceError``); all of them ``ValueError`` s."""
         from headprobe.hooked import parse_dtype
-        from headprobe.hooked.ablation import AblationError, AblationMode
+        from headprobe.hooked.ablation import AblationMode
         from headprobe.text.needles import needle_set
 
-        check_ranges(self, AblationError)
+        check_ranges(self, AblateError)
         parse_dtype(self.dtype)
         parse_prompt_format(self.prompt_format)
         needle_set(self.needles)
         for mode in self.modes:
             AblationMode(mode)
         if not self.heads:
-            raise AblationError("no `heads` to ablate; give top:K, random:K or LAYER.HEAD,LAYER.HEAD")
+            raise AblateError("no `heads` to ablate; give top:K, random:K or LAYER.HEAD,LAYER.HEAD")
         specs = [parse_spec(h) for h in self.heads]
         if any(kind == "top" for kind, _ in specs) and not self.from_results:
-            raise AblationError(
+            raise AblateError(
                 "`heads` top:K ranks heads by their retrieval scores: give `from_results`, the folder of an earlier "
                 "`headprobe analyze --metrics retrieval` of this model"
             )
         if any(kind == "random" for kind, _ in specs) and not self.seeds:
-            raise AblationError("`heads` random:K needs `seeds` (one random set per seed)")
+            raise AblateError("`heads` random:K needs `seeds` (one random set per seed)")
         unknown = [t for t in self.tasks if t not in ABLATABLE_TASKS]
         if unknown or not self.tasks:
-            raise AblationError(f"`tasks` {', '.join(unknown) or 'none'}: choose among {', '.join(ABLATABLE_TASKS)}")
+            raise AblateError(f"`tasks` {', '.join(unknown) or 'none'}: choose among {', '.join(ABLATABLE_TASKS)}")
         if not self.modes:
-            raise AblationError("no `modes`: choose zero and/or mean")
+            raise AblateError("no `modes`: choose zero and/or mean")
         if not self.lengths:
-            raise AblationError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
+            raise AblateError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
         if repeated := repeated_lengths(self.lengths):
-            raise AblationError(repeated)
+            raise AblateError(repeated)
         if NEEDLE_TASK in self.tasks and not self.depths:
-            raise AblationError("no `depths`: give needle depths in percent, from 0 to 100")
+            raise AblateError("no `depths`: give needle depths in percent, from 0 to 100")
         if self.from_results and not Path(self.from_results).is_dir():
-            raise AblationError(f"`from_results` {self.from_results} is not a folder; give an analyze output folder")
+            raise AblateError(f"`from_results` {self.from_results} is not a folder; give an analyze output folder")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with a needles file's content (``needles_sha256``: :meth:`files`)."""
@@ -205,12 +212,12 @@ class AblateSettings:
 
 def parse_spec(spec: str) -> tuple[str, int | list[Head]]:
     """``top:K`` -> ``("top", K)``, ``random:K`` -> ``("random", K)``, ``17.3,18.7`` -> ``("heads", [...])``."""
-    from headprobe.hooked.ablation import AblationError, parse_heads
+    from headprobe.hooked.ablation import parse_heads
 
     kind, colon, count = spec.partition(":")
     if colon:
         if kind not in ("top", "random") or not count.isdigit() or int(count) < 1:
-            raise AblationError(f"`heads` {spec!r}: write top:K or random:K with K >= 1, or LAYER.HEAD,LAYER.HEAD")
+            raise AblateError(f"`heads` {spec!r}: write top:K or random:K with K >= 1, or LAYER.HEAD,LAYER.HEAD")
         return kind, int(count)
     return "heads", parse_heads(spec)
 
@@ -243,11 +250,10 @@ class Ranking:
     def check_fits(self, layers: Sequence[LayerInfo], name: str, checkpoint: str | Path) -> None:
         """Refuse a ranking whose table describes a model of another shape than ``name``'s (``layers``):
         its heads would be ablated in another model, or be heads this one lacks."""
-        from headprobe.hooked.ablation import AblationError
 
         mine = tuple(info.n_heads for info in layers)
         if self.shape and self.shape != mine:
-            raise AblationError(
+            raise AblateError(
                 f"`from_results` {self.folder} holds retrieval scores of another model than {name}: {self.model} "
                 f"there has {describe_shape(self.shape)}, {name} has {describe_shape(mine)}; "
                 f"{analyze_instead(checkpoint)}"
@@ -276,21 +282,21 @@ def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: 
     """The :class:`Ranking` of the heads of the checkpoint at ``checkpoint`` (results name ``name``) in
     ``from_results``' ``retrieval`` tables: those of this checkpoint, by identity
     (:func:`headprobe.jobs.provenance.tables_of`: a GGUF file's results serve its converted folder, and back; without a
-    ``checkpoint``, those of ``name``). Raises :class:`AblationError` when there is none, or no sample was
+    ``checkpoint``, those of ``name``). Raises :class:`AblateError` when there is none, or no sample was
     kept."""
-    from headprobe.hooked.ablation import AblationError, Head
+    from headprobe.hooked.ablation import Head
     from headprobe.jobs.provenance import tables_of
     from headprobe.metrics.retrieval import retrieval_tries
 
     found = [t for t in read_tables(from_results, "retrieval", recursive=True) if len(t.frame)]
     if not found:
-        raise AblationError(
+        raise AblateError(
             f"`from_results` {from_results} holds no retrieval table (`headprobe analyze --metrics retrieval` "
             f"writes it); {analyze_instead(checkpoint)}"
         )
     mine, held = tables_of(found, checkpoint, name)
     if not mine:
-        raise AblationError(
+        raise AblateError(
             f"`from_results` {from_results} holds retrieval scores of {held}, not of {name}"
             + (f" ({checkpoint})" if checkpoint else "")
             + f"; {analyze_instead(checkpoint)}"
@@ -302,7 +308,7 @@ def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: 
         facts, settings = mine[0].meta.model_facts or {}, mine[0].meta.settings or {}
         chat, asked = bool(facts.get("chat_template")), str(settings.get("prompt_format"))
         tries = retrieval_tries({"chat" if asked == "auto" and chat else asked}, str(settings.get("needles")), chat)
-        raise AblationError(
+        raise AblateError(
             f"the retrieval table of {chosen} in {from_results} scores no head: no needle sample was kept. Rerun "
             f"analyze so that the model answers before ablating top heads: try {', or '.join(tries)}"
         )
@@ -316,7 +322,6 @@ def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: 
 def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
     """Refuse a ``top:K`` of ``s.heads`` that asks for more heads than copied the needle at all in the
     ranking's table (the rest would be heads scoring 0, picked by their index, not by any score)."""
-    from headprobe.hooked.ablation import AblationError
     from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 
     ranked = [] if ranking is None else ranking.heads
@@ -324,7 +329,7 @@ def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
         if kind == "top" and len(ranked) < k:  # type: ignore[operator]
             where = "" if ranking is None else f" of {ranking.model} in {ranking.folder}"
             retrieving = 0 if ranking is None else len(ranking.retrieval_heads)
-            raise AblationError(
+            raise AblateError(
                 f"`heads` top:{k}: only {len(ranked)} heads{where} copied the needle at all (retrieval score > 0; "
                 f"{retrieving} of them at or above the retrieval-head threshold {RETRIEVAL_THRESHOLD}); ask for "
                 f"top:{len(ranked)} or fewer, or name the heads (LAYER.HEAD,...)"
@@ -337,7 +342,6 @@ def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
 def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | None) -> list[Condition]:
     """The baseline, then every head set of ``s.heads`` in every mode. ``all_heads``: the model's heads;
     ``ranking``: :func:`ranked_heads` (needed for ``top`` sets, and to keep random sets off retrieval heads)."""
-    from headprobe.hooked.ablation import AblationError
 
     specs = [parse_spec(h) for h in s.heads]
     tops = [k for kind, k in specs if kind == "top"]
@@ -354,7 +358,7 @@ def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | 
                 out.append(Condition("top", mode, tuple(ranked[: int(value)])))  # type: ignore[index, arg-type]
             elif kind == "random":
                 if len(pool) < int(value):  # type: ignore[arg-type]
-                    raise AblationError(f"`heads` random:{value}: only {len(pool)} heads are not retrieval heads")
+                    raise AblateError(f"`heads` random:{value}: only {len(pool)} heads are not retrieval heads")
                 for seed in s.seeds:
                     drawn = random.Random(f"headprobe-ablation/{seed}/{value}").sample(pool, int(value))  # type: ignore[arg-type]
                     out.append(Condition("random", mode, tuple(sorted(drawn)), seed))

@@ -14,7 +14,7 @@ from headprobe.core.lazy import lazy_exports
 
 _EXPORTS = {
     "ANALYSIS_SUMMARY": "summary",
-    "AnalysisError": "settings",
+    "AnalyzeError": "settings",
     "AnalyzeSettings": "settings",
     "analyze": "job",
     "AnalyzeJob": "job",

@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 
 from headprobe.analysis import items
-from headprobe.analysis.settings import AnalysisError, AnalyzeSettings
+from headprobe.analysis.settings import AnalyzeError, AnalyzeSettings
 from headprobe.analysis.summary import ANALYSIS_SUMMARY, summarize
 from headprobe.core.paths import CONTENT
 from headprobe.core.progress import Progress
@@ -63,7 +63,7 @@ def check_inputs(model: HookedModel, name: str, settings: AnalyzeSettings, budge
                 try:
                     needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper)
                 except NeedleError as err:  # too short for the needle and its question: which model, and the fix
-                    raise AnalysisError(f"{name}: {err}; use longer `lengths` for retrieval") from None
+                    raise AnalyzeError(f"{name}: {err}; use longer `lengths` for retrieval") from None
         cached = length + settings.max_new_tokens if decodes else 0
         keeps_top = any(getattr(m, "min_topk", 0) for m in settings.chosen())  # only reordering keeps top keys
         topk = settings.topk if keeps_top else 0
@@ -231,7 +231,7 @@ class AnalyzeJob(Job[AnalyzeSettings]):
             finish=lambda: write_tables(parts, settings, keys, model, name, path, target.folder, progress),
             names=lambda item: [unit_name(m, item.length, sample) for m, sample in item.units()],
             units=lambda item: len(item.units()),
-            error=AnalysisError,
+            error=AnalyzeError,
         )
 
 

@@ -27,7 +27,7 @@ MIN_LENGTH = 16
 LATER: dict[str, Any] = {"needle_reach": 0}
 
 
-class AnalysisError(HeadprobeError, ValueError):
+class AnalyzeError(HeadprobeError, ValueError):
     """Bad analysis settings; the message names the setting (in backticks) and the fix."""
 
 
@@ -113,35 +113,35 @@ class AnalyzeSettings:
 
     def validate(self) -> None:
         """Raise a :class:`~headprobe.core.errors.HeadprobeError` naming the first bad setting: an
-        :class:`AnalysisError`, or the error of the parser that refused it (``dtype``, ``metrics``: a
+        :class:`AnalyzeError`, or the error of the parser that refused it (``dtype``, ``metrics``: a
         ``SettingError``; ``needles``: a ``NeedleError``; ``retrieval_span``: a ``ChoiceError``;
         ``prompt_format``: a ``PromptFormatError``); all of them ``ValueError`` s."""
         from headprobe.hooked import parse_dtype
         from headprobe.metrics.retrieval import Span
         from headprobe.text.needles import needle_set
 
-        check_ranges(self, AnalysisError)
+        check_ranges(self, AnalyzeError)
         parse_dtype(self.dtype)
         metrics = self.chosen()
         if not metrics:
-            raise AnalysisError("no metric requested (`metrics`)")
+            raise AnalyzeError("no metric requested (`metrics`)")
         needle_set(self.needles)
         Span(self.retrieval_span)
         parse_prompt_format(self.prompt_format)
         if not self.lengths:
-            raise AnalysisError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
+            raise AnalyzeError(f"no `lengths`: give token counts of at least {MIN_LENGTH}")
         if repeated := repeated_lengths(self.lengths):
-            raise AnalysisError(repeated)
+            raise AnalyzeError(repeated)
         for f in self.haystack_paths or []:
             try:
                 read_text_file(f, "`haystack_files`")
             except TextFileError as err:
-                raise AnalysisError(str(err)) from None
+                raise AnalyzeError(str(err)) from None
         need = max((getattr(m, "min_topk", 0) for m in metrics), default=0)
         if self.topk < need:
-            raise AnalysisError(f"token reordering needs `topk` >= {need}")
+            raise AnalyzeError(f"token reordering needs `topk` >= {need}")
         if need and self.topk > max(self.lengths):  # a row sees at most `length` keys
-            raise AnalysisError(
+            raise AnalyzeError(
                 f"`topk` {self.topk:,} is more than the longest of `lengths` ({max(self.lengths):,} tokens), and a row "
                 f"sees at most that many keys; give `topk` from {need} to {max(self.lengths):,} (default 16)"
             )
@@ -156,9 +156,7 @@ class AnalyzeSettings:
         before it became ``haystack_files``, kept in keys so that earlier results resume.)"""
         from headprobe.text.needles import NEEDLE_SETS
 
-        return content_keys(
-            haystack=self.haystack_files, needles=None if self.needles in NEEDLE_SETS else self.needles
-        )
+        return content_keys(haystack=self.haystack_files, needles=None if self.needles in NEEDLE_SETS else self.needles)
 
     def key(self, metric: Metric, length: int, checkpoint: Path, prompt_start: list[int]) -> dict[str, Any]:
         """The resume key of one (metric, length) item: what every metric depends on, plus the metric's own

@@ -286,15 +286,6 @@ class Transformer(HookedRootModule):
         return torch.tensor([row + row[-1:] * (width - len(row)) for row in rows], device=first.device)
 
     # -- utilities -------------------------------------------------------------------------
-    def num_params(self, exclude_embeddings: bool = False) -> int:
-        """Number of distinct parameters (a tied LM head counts once)."""
-        n = sum(p.numel() for p in self.parameters())
-        return n - self.embed.weight.numel() if exclude_embeddings else n
-
-    @property
-    def attention_layers(self) -> list[Attention]:
-        return [block.attn for block in self.blocks]
-
     def set_attention_backend(self, backend: Backend | str) -> None:
         """Backend for every attention layer (``auto``, ``sdpa``, ``flex``, ``flash``, ``triton``, ``reference``)."""
         self.seam.backend = Backend(backend)
