@@ -1,5 +1,5 @@
-"""``torchrun --nproc_per_node=2 -m headprobe analyze|ruler eval``: two gloo processes on the CPU split the
-work items and write exactly the tables one process writes."""
+"""``torchrun --nproc_per_node=2 -m headprobe analyze|ruler eval|ablate|shortctx eval``: two gloo processes on
+the CPU split the work items and write exactly the tables one process writes."""
 
 from __future__ import annotations
 
@@ -88,6 +88,28 @@ def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_pat
     # one model's task at one length: its two samples (batches of one) decoded by different processes
     assert {r for r, done in by.items() if any(i.startswith("m0 niah_single_1 @ 512") for i in done)} == {"0", "1"}
     assert any(p.name.endswith(".p1.jsonl") for p in (tmp_path / "two").rglob("predictions/*.jsonl"))
+
+
+def two_and_one(args: list[str], tmp_path: Path) -> dict[str, set[str]]:
+    """``args`` run by one process and by two: the same tables; the two processes' items, each done once."""
+    run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
+    run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
+    same_tables(tmp_path / "one", tmp_path / "two")
+    by = split(tmp_path / "two.log")
+    assert set(by) == {"0", "1"} and not by["0"] & by["1"]  # both worked, no item twice
+    assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]  # together: every item one process does
+    return by
+
+
+def test_ablate_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    two_and_one(["ablate", *map(str, checkpoints), "--heads", "1.0", "--heads", "0.1,1.1", "--tasks", "needle",
+                 "--lengths", "256", "--depths", "25,75", "--samples", "2", "--needles", "codes",
+                 "--no-progress"], tmp_path)  # fmt: skip
+
+
+def test_shortctx_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    two_and_one(["shortctx", "eval", *map(str, checkpoints), "--task", "builtin", "--limit", "12",
+                 "--no-progress"], tmp_path)  # fmt: skip
 
 
 def test_items_are_dealt_round_robin_and_the_others_share_is_counted():

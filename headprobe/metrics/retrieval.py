@@ -26,8 +26,8 @@ the prompt (:func:`forced_answer`) in one forward pass whose hook keeps only the
   needle ``reach`` of ``r`` tokens, on the span and the ``r`` prompt tokens after it. A model whose
   sliding-window layers (window ``W``) sit below its full-attention layers can read the needle where those
   layers gathered it, at the ``W - 1`` positions after the span, instead of on the span itself: the toy
-  models' full-attention heads do (docs/metrics.md), so their mass on the span alone is near 0 while they
-  answer. A head putting at least :data:`READING_MASS` there is a needle-reading head.
+  models of the ``qk-norm`` recipe do (docs/metrics.md), so their mass on the span alone is near 0 while
+  they answer. A head putting at least :data:`READING_MASS` there is a needle-reading head.
 
 Both are means over every sample: nothing is decoded, so nothing is filtered.
 
