@@ -62,9 +62,29 @@ class Results:
         """``model`` -> ``member``, ``seed``, ``run`` (and the run's training record), from ``study_runs``."""
         return self.raw("study_runs")
 
-    def table(self, table: str) -> pd.DataFrame:
+    def diverged(self) -> pd.DataFrame:
+        """The runs ``study_runs`` marks diverged (``member``, ``seed``, ``run``; none without a status)."""
+        runs = self.runs()
+        if "status" not in runs.columns:
+            return pd.DataFrame(columns=WHO)
+        return runs[runs["status"] == "diverged"][WHO].drop_duplicates().reset_index(drop=True)
+
+    def table(self, table: str, diverged: bool = False) -> pd.DataFrame:
         """``table`` with ``member``, ``seed`` and ``run`` columns (joined on ``model`` from ``study_runs``
-        where the table lacks them). Raises :class:`MissingInput` when the table is absent or empty."""
+        where the table lacks them), the rows of diverged runs left out (:meth:`diverged`: a diverged run is
+        never an architecture's number) unless ``diverged``. Raises :class:`MissingInput` when the table is
+        absent or empty."""
+        frame = self._labelled(table)
+        gone = self.diverged()
+        if diverged or gone.empty or table == "study_runs":
+            return frame
+        marked = frame.merge(gone.assign(_gone=True), on=WHO, how="left")
+        kept = frame[marked["_gone"].isna().to_numpy()]
+        if kept.empty:
+            raise MissingInput(f"every {table!r} row belongs to a diverged run")
+        return kept
+
+    def _labelled(self, table: str) -> pd.DataFrame:
         frame = self.raw(table)
         if frame.empty:
             raise MissingInput(f"no {table!r} table under {self.folder}")

@@ -16,7 +16,7 @@ from headprobe.core.errors import SettingError
 matplotlib.use("Agg")  # files only; never a window
 import matplotlib.pyplot as plt
 
-from figures import style, tables
+from figures import plot, style, tables
 from figures.data import MissingInput, Results
 from figures.spec import Spec
 from headprobe.core.atomic import atomic_write_bytes, atomic_write_text
@@ -68,9 +68,13 @@ def built(
             (skipped if absent is None else absent)[spec.name] = why
             continue
         try:
-            yield spec, spec.build(data)
+            made = spec.build(data)
         except MissingInput as err:
             skipped[spec.name] = str(err)
+            continue
+        if spec.family == "study" and spec.kind != "table":
+            plot.note_diverged(made, data.diverged())
+        yield spec, made
 
 
 def draw(

@@ -9,10 +9,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from figures import style
 
 HATCHES = ("", "///", "...", "xx", "\\\\")  # a run per hatching in grouped bars
+NOTE_INCHES = 0.16  # the strip a figure's foot note takes
 SEEDS_LABEL = "_seeds:"  # the label of a member's per-seed points (underscore: not in the legend)
 
 
@@ -108,6 +110,23 @@ def published(ax: Axes, xs: Sequence[float], ys: Sequence[float], label: str = "
     """The study's published values as stars (one legend entry)."""
     if len(xs):
         ax.scatter(xs, ys, marker=style.PUBLISHED_MARKER, s=40, color=style.PUBLISHED_COLOR, zorder=4, label=label)
+
+
+def note_diverged(fig: Figure, diverged: pd.DataFrame) -> None:
+    """Say at the foot of a study figure which runs diverged (``member``, ``seed``, ``run`` rows): they are
+    no architecture's number, so the figure leaves them out (or marks them, as its caption says)."""
+    if diverged.empty:
+        return
+    runs = [f"{member} seed {seed}: {', '.join(group['run'])}" for (member, seed), group in
+            diverged.groupby(["member", "seed"], sort=True)]  # fmt: skip
+    height = fig.get_figheight()
+    fig.set_figheight(height + NOTE_INCHES)  # a strip below the axes for the note, kept clear by the layout
+    strip = NOTE_INCHES / (height + NOTE_INCHES)
+    engine = fig.get_layout_engine()
+    if engine is not None and hasattr(engine, "set"):
+        engine.set(rect=(0, strip, 1, 1 - strip))
+    fig.text(0.01, strip / 2, "diverged (no architecture's score): " + "; ".join(runs), fontsize=5, color="0.35",
+             va="center")  # fmt: skip
 
 
 def note_missing(ax: Axes, missing: Sequence[str], what: str = "no results") -> None:

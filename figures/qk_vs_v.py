@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import pandas as pd
 from matplotlib.figure import Figure
 
 from figures import plot, style
@@ -22,16 +23,24 @@ def _panel(ax, values, members, colors, title):
     plot.note_missing(ax, [m for m in members if values[values.member == m].v.isna().all()], "no score")
 
 
+def _optional(results: Results, table: str) -> pd.DataFrame:
+    """``table`` without its diverged runs (:meth:`Results.table`), or an empty frame: each panel is optional."""
+    try:
+        return results.table(table)
+    except MissingInput:
+        return pd.DataFrame()
+
+
 def build(results: Results) -> Figure:
     colors = style.member_colors(results.members())
     panels = []
-    ruler = results.raw("study_ruler")
+    ruler = _optional(results, "study_ruler")
     if not ruler.empty:
         run = next((r for r in ("cpt", "sft") if r in set(ruler.run)), None)
         if run:
             v = ruler[ruler.run == run].groupby(["member", "seed"])["score"].mean().rename("v").reset_index()
             panels.append((v, f"RULER-style score after {run}"))
-    heads = results.raw("study_heads")
+    heads = _optional(results, "study_heads")
     if not heads.empty and "member" in heads:
         rows = heads[(heads.layer_type == "full") & (heads.run == "cpt")]
         if not rows.empty:

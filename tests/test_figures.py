@@ -34,6 +34,7 @@ from figures import (
     token_reordering,
 )
 from figures.data import MissingInput, Results
+from figures.draw import built
 from figures.tables import latex, write
 from headprobe.cli import app
 from headprobe.results import TableMeta, read_table, write_table
@@ -61,6 +62,11 @@ def eval_loss(member: str, seed: int, run: str) -> float:
 def status(member: str, seed: int) -> str:
     """toy-k64v16's seed 1 diverged."""
     return "diverged" if (member, seed) == ("toy-k64v16", 1) else "trained"
+
+
+def trained(member: str) -> list[int]:
+    """The seeds whose runs a figure draws: a diverged run is no architecture's number."""
+    return [s for s in SEEDS if status(member, s) == "trained"]
 
 
 def fraction(member: str, seed: int, run: str) -> float:
@@ -159,8 +165,9 @@ def test_ruler_by_length_plots_the_seed_mean_per_member_and_length(results):
         for m in MEMBERS:
             x, y = lines[m].get_data()
             assert list(x) == list(LENGTHS)
-            # mean over seeds 0 and 1 of BASE + 10*seed + offset - 5*(length == 1024)
-            assert list(y) == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run], BASE[m] + 5 + RUN_OFFSET[run] - 5])
+            # mean over the trained seeds of BASE + 10*seed + offset - 5*(length == 1024)
+            mean = BASE[m] + 10 * np.mean(trained(m)) + RUN_OFFSET[run]
+            assert list(y) == pytest.approx([mean, mean - 5])
         seeds = [c for c in ax.collections if c.get_label() == "_seeds:toy-d64"]
         assert len(seeds) == 1 and len(seeds[0].get_offsets()) == len(SEEDS) * len(LENGTHS)
         colors = style.member_colors(MEMBERS)
@@ -175,7 +182,8 @@ def test_retrieval_heads_bars_are_seed_means_and_say_what_is_missing(results):
         assert list(bars) == list(RUNS)
         for run, container in bars.items():
             heights = [p.get_height() for p in container.patches]
-            expected = [np.nanmean([fraction(m, s, run) for s in SEEDS]) if m != "toy-d16" else 0.0 for m in MEMBERS]
+            expected = [np.nanmean([fraction(m, s, run) for s in trained(m)]) if m != "toy-d16" else 0.0
+                        for m in MEMBERS]  # fmt: skip
             assert heights == pytest.approx(expected)
             assert [p.get_gid() for p in container.patches] == ["missing", "value", "value"]
         texts = " ".join(t.get_text() for t in ax.texts)
@@ -203,8 +211,8 @@ def test_published_values_are_drawn_for_members_of_the_studys_scale(results):
 def test_frozen_cpt_compares_trained_and_frozen_attention(results):
     fig = frozen_cpt.build(Results(results))
     bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers if hasattr(c, "patches")}
-    for run in ("cpt", "cpt-frozen"):  # mean over seeds and lengths
-        assert bars[run] == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
+    for run in ("cpt", "cpt-frozen"):  # mean over the trained seeds and the lengths
+        assert bars[run] == pytest.approx([BASE[m] + 10 * np.mean(trained(m)) + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
     plt.close(fig)
 
 
@@ -218,7 +226,7 @@ def test_frozen_cpt_draws_the_score_before_cpt_when_it_was_measured(results):
     bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers if hasattr(c, "patches")}
     assert list(bars) == ["pt", "cpt", "cpt-frozen"]
     for run in bars:
-        assert bars[run] == pytest.approx([BASE[m] + 5 + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
+        assert bars[run] == pytest.approx([BASE[m] + 10 * np.mean(trained(m)) + RUN_OFFSET[run] - 2.5 for m in MEMBERS])
     plt.close(fig)
 
 
@@ -263,8 +271,8 @@ def test_per_head_figures_plot_every_full_head(results, module, expected):
     for m in MEMBERS:
         for r in RUNS:
             (points,) = [c for c in ax.collections if isinstance(c, PathCollection) and c.get_label() == f"{m}:{r}"]
-            # 4 heads x 2 seeds, averaged over nothing else: each head's value twice
-            assert sorted(points.get_offsets()[:, 1]) == pytest.approx(sorted(expected * 2))
+            # 4 heads x the trained seeds, averaged over nothing else: each head's value once per seed
+            assert sorted(points.get_offsets()[:, 1]) == pytest.approx(sorted(expected * len(trained(m))))
     plt.close(fig)
 
 
@@ -280,10 +288,11 @@ def test_qk_vs_v_panels(results):
     fig = qk_vs_v.build(Results(results))
     ruler_ax, heads_ax = fig.axes
     heights = [p.get_height() for p in ruler_ax.patches]
-    assert heights == pytest.approx([BASE[m] + 5 - 2.5 for m in MEMBERS])  # after cpt, mean over seeds, lengths
+    # after cpt, mean over the trained seeds and the lengths
+    assert heights == pytest.approx([BASE[m] + 10 * np.mean(trained(m)) - 2.5 for m in MEMBERS])
     assert [t.get_text() for t in ruler_ax.get_xticklabels()] == ["d16", "d64", "k64v16"]
     heads = [p.get_height() for p in heads_ax.patches]
-    assert np.isnan(heads[0]) and heads[1:] == pytest.approx([0.4375, 0.6875])
+    assert np.isnan(heads[0]) and heads[1:] == pytest.approx([0.4375, 0.75])  # toy-k64v16: its trained seed 0 alone
     plt.close(fig)
 
 
@@ -758,3 +767,19 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     ablation = next(s for s in figures.SPECS if s.name == "ablation")
     why = f"no 'ablation' table under {analyzed}"
     assert f"- `ablation`: {why}. {ablation.title}: {ablation.how_to_read} Reads `ablation` (headprobe ablate)." in page
+
+
+def test_a_diverged_run_is_in_no_study_figure_and_every_one_says_so(results):
+    data = Results(results)
+    assert data.diverged().values.tolist() == [["toy-k64v16", 1, r] for r in RUNS]
+    kept = data.table("study_ruler")
+    assert not ((kept.member == "toy-k64v16") & (kept.seed == 1)).any() and len(kept) == 5 * 2 * 2  # 6 runs - 1
+    assert len(data.table("study_ruler", diverged=True)) == 6 * 2 * 2  # loss_vs_retrieval draws it as a cross
+    skipped: dict[str, str] = {}
+    specs = [s for s in figures.STUDY_SPECS if s.kind == "figure"]
+    made = dict(built(data, specs, skipped))
+    assert made and not skipped
+    for name, fig in made.items():
+        notes = [t.get_text() for t in fig.texts if t.get_text().startswith("diverged")]
+        assert notes == ["diverged (no architecture's score): toy-k64v16 seed 1: pt, cpt, cpt-frozen"], name
+        plt.close(fig)

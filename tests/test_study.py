@@ -112,13 +112,18 @@ def test_comparisons_list_runs_in_the_recipes_order():
     assert list(loss.columns) == ["member", *order]
     assert loss.iloc[0, 1:].tolist() == ["4.000", "3.000", "2.000", "1.000"]
     assert not any("Diverged" in title for title in views)
-    # a diverged run is left out of the losses and listed on its own
-    apart = comparisons({"study_runs": runs.assign(status=["trained", "diverged", "trained", "trained"])})
+    # a diverged run is left out of every comparison (never an architecture's 0) and listed on its own
+    status = ["trained", "diverged", "trained", "trained"]
+    apart = comparisons({"study_runs": runs.assign(status=status), "study_probes": probes})
     loss = next(v for title, v in apart.items() if title.startswith("Held-out evaluation loss (every target"))
     assert list(loss.columns) == ["member", "pt", "cpt-frozen", "sft"]
     assert loss.iloc[0, 1:].tolist() == ["4.000", "2.000", "1.000"]
+    needle = next(v for title, v in apart.items() if title.startswith("Held-out needle"))
+    assert needle["run"].astype(str).tolist() == ["pt", "cpt-frozen", "sft"]  # cpt (its 50.0) is gone
+    assert [cell.split(" [")[0] for cell in needle["100"]] == ["100.0", "25.0", "0.0"]
     diverged = next(v for title, v in apart.items() if title.startswith("Diverged runs"))
     assert diverged[["member", "seed", "run"]].astype(str).values.tolist() == [["m", "0", "cpt"]]
+    assert list(apart)[-1].startswith("Diverged runs (left out of every table above)")
     needle = next(v for title, v in views.items() if title.startswith("Held-out needle"))
     assert needle["run"].astype(str).tolist() == order
     assert [cell.split(" [")[0] for cell in needle["100"]] == ["100.0", "50.0", "25.0", "0.0"]  # [Wilson interval]

@@ -21,6 +21,8 @@ WHO_COLUMNS = (
     Column("run", "str", "the recipe's run: pt, cpt, cpt-frozen, sft, ..."),
 )
 
+RUN_KEY = ("member", "seed", "run")  # one run of the grid
+
 STUDY_RUNS = Schema(
     "study_runs",
     (
@@ -191,10 +193,14 @@ def spread(
 
 def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """The study's comparisons, titled, from the tidy tables (a missing table gives no comparison). Runs
-    appear in the recipe's order (the order of the runs table: pt, cpt, cpt-frozen, sft), not alphabetically."""
+    appear in the recipe's order (the order of the runs table: pt, cpt, cpt-frozen, sft), not alphabetically.
+    A diverged run (``study_runs.status``) is in no comparison, never an architecture's number: the last
+    table lists those left out."""
     out: dict[str, pd.DataFrame] = {}
-    order = list(dict.fromkeys(tables.get(STUDY_RUNS.table, pd.DataFrame(columns=["run"]))["run"]))
-    tables = {name: _runs_in_order(frame, order) for name, frame in tables.items()}
+    runs = tables.get(STUDY_RUNS.table, pd.DataFrame(columns=["run"]))
+    order = list(dict.fromkeys(runs["run"]))
+    diverged = runs[runs["status"] == "diverged"][list(RUN_KEY)] if "status" in runs else pd.DataFrame()
+    tables = {name: _runs_in_order(_without(frame, diverged), order) for name, frame in tables.items()}
     probes = tables.get(STUDY_PROBES.table, pd.DataFrame())
     if not probes.empty:
         needle = probes[probes.task == "needle"]
@@ -234,27 +240,25 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
             out["Needle-reading heads (forced mass >= 0.1): fraction of the layer type's heads"] = spread(
                 kept, ["member"], ["run", "layer_type"], "reading_fraction", digits=2
             )
-    runs = tables.get(STUDY_RUNS.table, pd.DataFrame())
-    if not runs.empty:
-        out.update(_losses(runs))
+    healthy = tables.get(STUDY_RUNS.table, pd.DataFrame())
+    for column, what in (("eval_loss", "every target"), ("eval_loss_retrieval", "needle values beyond the window")):
+        if column in healthy and healthy[column].notna().any():
+            title = f"Held-out evaluation loss ({what}; nats per target token, final weights)"
+            out[title] = spread(healthy, ["member"], ["run"], column, digits=3)
     short = tables.get(STUDY_SHORTCTX.table, pd.DataFrame())
     if not short.empty:
         out["Short-context accuracy (built-in set, %)"] = spread(short, ["member", "run"], ["metric"], "value", 100.0)
+    if not diverged.empty:
+        out["Diverged runs (left out of every table above)"] = diverged.reset_index(drop=True)
     return out
 
 
-def _losses(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The held-out evaluation losses by member and run, the diverged runs left out (and listed)."""
-    out = {}
-    healthy = runs[runs["status"] != "diverged"] if "status" in runs else runs
-    for column, what in (("eval_loss", "every target"), ("eval_loss_retrieval", "needle values beyond the window")):
-        if column in healthy and healthy[column].notna().any():
-            title = f"Held-out evaluation loss ({what}; nats per target token, final weights, diverged runs left out)"
-            out[title] = spread(healthy, ["member"], ["run"], column, digits=3)
-    if "status" in runs and (runs["status"] == "diverged").any():
-        diverged = runs[runs["status"] == "diverged"]
-        out["Diverged runs (left out of the held-out evaluation losses)"] = diverged[["member", "seed", "run"]]
-    return out
+def _without(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the rows of ``runs`` (member, seed, run); unchanged when it has no such columns."""
+    if runs.empty or not set(RUN_KEY) <= set(frame.columns):
+        return frame
+    marked = frame.merge(runs.assign(_gone=True), on=list(RUN_KEY), how="left")
+    return frame[marked["_gone"].isna().to_numpy()]
 
 
 def _runs_in_order(frame: pd.DataFrame, order: list[str]) -> pd.DataFrame:
