@@ -6,8 +6,9 @@ For a restructuring that must not change results: ``analyze`` (every metric), ``
 ``shortctx eval`` run once per tree, each in a fresh interpreter with ``PYTHONPATH`` set to that tree (so
 ``python -m headprobe`` is that tree's code), with small settings and the same arguments. Then every Parquet
 table the two runs wrote is read and compared as data (values, dtypes, column and row order, exactly; the
-provenance metadata, which names versions and paths, is not compared). Prints one line per table and exits
-non-zero when any table differs or is missing from one side.
+provenance metadata, which names versions and paths, is not compared); a table the new tree extends with rows
+(every earlier row identical, in order) is said so with what was added. Prints one line per table and exits
+non-zero when any table differs otherwise or is missing from one side.
 """
 
 from __future__ import annotations
@@ -64,8 +65,23 @@ def compare(before: Path, after: Path) -> list[tuple[str, str]]:
             pd.testing.assert_frame_equal(a, b, check_exact=True)
             out.append((name, f"same ({len(a)} rows)"))
         except AssertionError as err:
-            out.append((name, "DIFFERENT: " + " ".join(str(err).split())[:200]))
+            out.append((name, _added(a, b) or "DIFFERENT: " + " ".join(str(err).split())[:200]))
     return out
+
+
+def _added(old: pd.DataFrame, new: pd.DataFrame) -> str | None:
+    """When ``new`` is ``old`` with rows added (every old row identical, in order, and nothing else changed):
+    what was added, by the values of its ``statistic`` column where it has one; else ``None``."""
+    if list(old.columns) != list(new.columns) or len(new) <= len(old):
+        return None
+    marked = new.merge(old.drop_duplicates(), how="left", indicator=True)["_merge"].eq("both").to_numpy()
+    try:
+        pd.testing.assert_frame_equal(old, new[marked].reset_index(drop=True), check_exact=True)
+    except AssertionError:
+        return None
+    added = new[~marked]
+    what = sorted(set(added["statistic"])) if "statistic" in added else []
+    return f"same on the {len(old)} earlier rows; {len(added)} rows added" + (f" ({', '.join(what)})" if what else "")
 
 
 def main() -> None:
@@ -88,7 +104,7 @@ def main() -> None:
             seconds[side] = run(tree.resolve(), command, root / side / f"{name}.log")
         print(f"{name}: {seconds['before']:.1f} s before, {seconds['after']:.1f} s after")
         for table, verdict in compare(root / "before" / name, root / "after" / name):
-            failed |= not verdict.startswith("same")
+            failed |= not verdict.startswith("same")  # "same on the N earlier rows; ... added" included
             print(f"  {table}: {verdict}")
     print(f"results in {root}")
     sys.exit(1 if failed else 0)
