@@ -15,7 +15,7 @@ from headprobe.evals.ruler.generate import RulerGenerator
 from headprobe.evals.ruler.tasks import TASKS
 from headprobe.hooked.base import HookedModel
 from headprobe.text.files import TextFileError, read_text_file
-from headprobe.text.needles import needle_prompt, needle_set
+from headprobe.text.needles import NeedleError, needle_prompt, needle_set
 from headprobe.text.prompt_format import PromptFormatError, Wrapper
 
 
@@ -113,7 +113,7 @@ def needle_input(
         prompt = needle_prompt(
             model.tokenizer, needle, length, depth, seed=seed, start=model.prompt_start, wrapper=wrapper
         )
-    except ValueError as err:
+    except NeedleError as err:  # too short for the needle and its question; a bug keeps its traceback
         raise InputError(f"--length {length}: {err}") from None
     _, tokens, offsets = _tokens_of(model, prompt.text)
     question = _rows_from(offsets, prompt.text.rfind(needle.prompt.format(question=needle.question)))
