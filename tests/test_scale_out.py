@@ -63,33 +63,6 @@ def split(log: Path) -> dict[str, set[str]]:
     return by
 
 
-def test_analyze_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
-    args = ["analyze", *map(str, checkpoints), "--metrics", "entropy,erank,retrieval", "--lengths", "256,384",
-            "--samples", "2", "--no-progress"]  # fmt: skip
-    run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
-    run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
-    same_tables(tmp_path / "one", tmp_path / "two")
-    by = split(tmp_path / "two.log")
-    assert set(by) == {"0", "1"} and not by["0"] & by["1"]  # both worked, no item twice
-    assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]  # together: every item one process does
-    for unit in ("entropy @ 256 sample", "retrieval @ 384 sample"):  # one checkpoint's samples at one length
-        assert {r for r, done in by.items() if any(i.startswith(f"m0 {unit}") for i in done)} == {"0", "1"}
-
-
-def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
-    args = ["ruler", "eval", *map(str, checkpoints), "--tasks", "niah_single_1,niah_single_2,niah_multikey_1",
-            "--lengths", "512", "--samples", "2", "--batch-size", "1", "--no-progress"]  # fmt: skip
-    run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
-    run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
-    same_tables(tmp_path / "one", tmp_path / "two")
-    by = split(tmp_path / "two.log")
-    assert set(by) == {"0", "1"} and not by["0"] & by["1"]
-    assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]
-    # one model's task at one length: its two samples (batches of one) decoded by different processes
-    assert {r for r, done in by.items() if any(i.startswith("m0 niah_single_1 @ 512") for i in done)} == {"0", "1"}
-    assert any(p.name.endswith(".p1.jsonl") for p in (tmp_path / "two").rglob("predictions/*.jsonl"))
-
-
 def two_and_one(args: list[str], tmp_path: Path) -> dict[str, set[str]]:
     """``args`` run by one process and by two: the same tables; the two processes' items, each done once."""
     run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
@@ -101,6 +74,23 @@ def two_and_one(args: list[str], tmp_path: Path) -> dict[str, set[str]]:
     return by
 
 
+def test_analyze_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    args = ["analyze", *map(str, checkpoints), "--metrics", "entropy,erank,retrieval", "--lengths", "256,384",
+            "--samples", "2", "--no-progress"]  # fmt: skip
+    by = two_and_one(args, tmp_path)
+    for unit in ("entropy @ 256 sample", "retrieval @ 384 sample"):  # one checkpoint's samples at one length
+        assert {r for r, done in by.items() if any(i.startswith(f"m0 {unit}") for i in done)} == {"0", "1"}
+
+
+def test_ruler_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    args = ["ruler", "eval", *map(str, checkpoints), "--tasks", "niah_single_1,niah_single_2,niah_multikey_1",
+            "--lengths", "512", "--samples", "2", "--batch-size", "1", "--no-progress"]  # fmt: skip
+    by = two_and_one(args, tmp_path)
+    # one model's task at one length: its two samples (batches of one) decoded by different processes
+    assert {r for r, done in by.items() if any(i.startswith("m0 niah_single_1 @ 512") for i in done)} == {"0", "1"}
+    assert any(p.name.endswith(".p1.jsonl") for p in (tmp_path / "two").rglob("predictions/*.jsonl"))
+
+
 def test_ablate_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
     two_and_one(["ablate", *map(str, checkpoints), "--heads", "1.0", "--heads", "0.1,1.1", "--tasks", "needle",
                  "--lengths", "256", "--depths", "25,75", "--samples", "2", "--needles", "codes",
@@ -108,8 +98,9 @@ def test_ablate_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
 
 
 def test_shortctx_eval_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
-    two_and_one(["shortctx", "eval", *map(str, checkpoints), "--task", "builtin", "--limit", "12",
-                 "--no-progress"], tmp_path)  # fmt: skip
+    by = two_and_one(["shortctx", "eval", *map(str, checkpoints), "--task", "builtin", "--limit", "12",
+                      "--no-progress"], tmp_path)  # fmt: skip
+    assert by == {"0": {"m0 builtin"}, "1": {"m1 builtin"}}  # one item per checkpoint: the checkpoints in turn
 
 
 def test_items_are_dealt_round_robin_and_the_others_share_is_counted():
@@ -119,3 +110,4 @@ def test_items_are_dealt_round_robin_and_the_others_share_is_counted():
     assert [i for i in range(7) if r.mine(i)] == [1, 4]
     assert r.others([5, 6, 7, 8]) == 5 + 7 + 8  # items 0, 2, 3 belong to processes 0, 2, 0
     assert Ranks().others([5, 6]) == 0 and all(Ranks().mine(i) for i in range(3))
+    assert r.others([5, 6, 7, 8], deal=1) == 6 + 7  # dealt from 1: items 0-3 to processes 1, 2, 0, 1

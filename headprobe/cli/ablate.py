@@ -41,6 +41,8 @@ def ablate(
     settings = settings_from(AblateSettings, options)  # a malformed list: one line naming its flag (_Context)
     with resumable(out, ctx), progress_bar("ablate", ctx, enabled=progress) as bar:
         report = run(checkpoints, out, settings, device=device, memory_limit=gib(memory_limit), progress=bar)
+    if not report.primary:  # another process of a torchrun launch: the first one reports
+        return
     for name, table in report.results.items():
         typer.echo(f"{name}: {out / name}")
         print_tables([ShownTable("needle accuracy with heads ablated", ablation_table(table.assign(model=name)))])

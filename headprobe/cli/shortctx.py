@@ -29,6 +29,8 @@ def shortctx_eval(
     settings = settings_from(ShortCtxSettings, options)
     with resumable(out, ctx), progress_bar("shortctx", ctx, enabled=progress) as bar:
         report = evaluate_many(checkpoints, out, settings, device=device, batch_size=batch_size, progress=bar)
+    if not report.primary:  # another process of a torchrun launch: the first one reports
+        return
     for name, scores in report.results.items():
         value = scores.set_index("metric")["value"]
         n = int(scores["n"].iloc[0])

@@ -1,10 +1,12 @@
-"""Splitting ``analyze`` and ``ruler eval`` over processes started by ``torchrun``.
+"""Splitting ``analyze``, ``ruler eval``, ``ablate`` and ``shortctx eval`` over processes started by
+``torchrun``.
 
 ``torchrun --nproc_per_node=N -m headprobe analyze ...`` starts N copies of the command with the usual
 environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``...). Every process loads each
 checkpoint (on its own GPU, ``cuda:LOCAL_RANK``), all of them agree on the list of work items before any
-is done, each computes the items whose index modulo N is its rank and writes them as the job's usual
-resumable parts, and the first process, after a barrier, merges the parts into the same result files a
+is done, each computes the items whose number (counted on from the checkpoint's place in the run, so that
+checkpoints of one item each go to the processes in turn) modulo N is its rank and writes them as the job's
+usual resumable parts, and the first process, after a barrier, merges the parts into the same result files a
 single process writes. A plain run is a world of one and touches none of this.
 
 Processes talk over gloo (CPU sockets) whatever the device: they exchange only small Python objects
@@ -69,10 +71,10 @@ class Ranks:
         """Whether work item ``index`` (numbered alike on every process) is this process's."""
         return index % self.size == self.rank
 
-    def others(self, sizes: list[int]) -> int:
-        """The units of work (``sizes[i]`` in item ``i``) that other processes did: what the first
-        process's progress bar advances by once they are all done."""
-        return sum(n for i, n in enumerate(sizes) if not self.mine(i))
+    def others(self, sizes: list[int], deal: int = 0) -> int:
+        """The units of work (``sizes[i]`` in item ``i``, dealt from ``deal`` on) that other processes did:
+        what the first process's progress bar advances by once they are all done."""
+        return sum(n for i, n in enumerate(sizes) if not self.mine(deal + i))
 
     def device(self, device: str) -> str:
         """``device`` for this process: ``cuda`` becomes ``cuda:LOCAL_RANK`` when several share a node."""

@@ -143,21 +143,22 @@ class Job(ABC, Generic[S]):
         to do."""
 
 
-def share(plan: Plan[Any], env: Env, name: str) -> pd.DataFrame:
-    """Do ``plan``'s items, each process of ``env.ranks`` its share (:meth:`Ranks.mine`), and finish on the
-    first process; the others return an empty frame. When any process fails, every process raises
-    (:meth:`Ranks.together`)."""
+def share(plan: Plan[Any], env: Env, name: str, deal: int = 0) -> pd.DataFrame:
+    """Do ``plan``'s items, each process of ``env.ranks`` its share (:meth:`Ranks.mine`: item ``i`` to the
+    process ``(deal + i) mod N``), and finish on the first process; the others return an empty frame. When
+    any process fails, every process raises (:meth:`Ranks.together`). ``deal``: the checkpoint's place in
+    the run, so that plans of one item each (a short-context task) go to the processes in turn."""
     ranks, progress = env.ranks, env.progress
     ranks.barrier()  # every process has the same plan before any of them writes a part
     with ranks.together(CHECKPOINT_ERRORS, plan.error):
         for index, item in enumerate(plan.items):
-            if ranks.mine(index):  # another process's item otherwise
+            if ranks.mine(deal + index):  # another process's item otherwise
                 plan.do(item)
                 for unit in plan.names(item):
                     ranks.did(f"{name} {unit}")
     if not ranks.is_main:
         return pd.DataFrame()
-    progress.advance(ranks.others([plan.units(item) for item in plan.items]))
+    progress.advance(ranks.others([plan.units(item) for item in plan.items], deal))
     return plan.finish()
 
 
@@ -198,7 +199,7 @@ def run_job(
     def one(path: Path, folder: Path, name: str) -> pd.DataFrame:
         if warnings.get(path):
             env.progress.log(f"{name}: {warnings[path]}")
-        return share(job.plan(Target(path, name, folder), env), env, name)
+        return share(job.plan(Target(path, name, folder), env), env, name, deal=paths.index(path))
 
     record = (job.command, job.settings.to_dict())
     return run_models(checkpoints, Path(out), one, env.progress, record, ranks, adds=job.adds, reads=job.reads())
