@@ -259,6 +259,23 @@ def test_copy_probes_cue_the_repeat_and_ask_for_its_continuation():
         assert first < len(text) - len(cue) - 200 and len(answer) == COPY_TOKENS and cont.startswith(" ")
 
 
+def test_a_rare_example_too_long_for_a_row_s_start_gives_way_to_the_next():
+    """Repeats of 10-20 symbols are 21-41 bytes: in a row of 32 tokens, those of 16 symbols and more cannot
+    open it, and the next example that fits does (the toy recipe's first level, seed 4, met a list of long
+    nouns so). Rows without such an example are what they were: the same tokens as drawing in order."""
+    raw = {"tasks": {"repeat": 1}, "levels": [{"segment": [10, 20], "row": 32}]}
+    source = CurriculumSource(Curriculum.from_dict(raw), ByteTokenizer(), seq_len=128, seed=0)
+    mix, eos, passed = source.c.mix(0), ByteTokenizer().eos_id, 0
+    for first in range(0, 4096 * 40, 4096):
+        tokens, _, n = source._packed(32, first)
+        lengths = [len(mix.example(0, first + i).text) for i in range(n)]
+        fits = next(i for i, length in enumerate(lengths) if length + 1 <= 32)  # bytes: one token each
+        passed += fits
+        assert tokens[0] == eos and len(tokens) == 33
+        assert tokens[1 : 1 + lengths[fits]].tolist() == list(mix.example(0, first + fits).text.encode())
+    assert passed > 0  # some rows did pass over a long first example
+
+
 def test_an_example_longer_than_a_row_is_refused_with_the_fix():
     far = {"tasks": {"needle": 1}, "levels": [{"distance": [900, 1000]}]}
     source = CurriculumSource(Curriculum.from_dict(far), ByteTokenizer(), seq_len=256, seed=0)

@@ -58,6 +58,7 @@ from trainer.config import TrainError
 from trainer.data import Batch, PackedSequences, collate
 
 _SETTINGS = ("distance", "segment", "pairs", "queries", "split")
+FIT_TRIES = 64  # consecutive examples too long for a row's start before a level is refused as set up wrong
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,9 @@ class CurriculumSource:
 
     def _packed(self, width: int, first: int) -> tuple[np.ndarray, np.ndarray, int]:
         """``width + 1`` tokens (and their target mask) of examples ``first, first + 1, ...`` of the current
-        level, each after an end-of-text token; also how many examples were drawn."""
+        level, each after an end-of-text token; also how many examples were drawn. A row's first example must
+        fit whole (later ones may be cut): one that does not is passed over for the next, and a level none of
+        whose :data:`FIT_TRIES` consecutive examples fits is refused, naming the fix."""
         mix, eos = self.c.mix(self.state.level), self.tokenizer.eos_id
         ids: list[int] = [eos]
         mask: list[bool] = [False]
@@ -314,16 +317,18 @@ class CurriculumSource:
         while len(ids) < width + 1:
             ex = mix.example(self.seed, first + k)
             tokens, flags = encode_spans(self.tokenizer, ex.text, ex.loss_spans or [(0, len(ex.text))])
-            if k == 0 and len(tokens) + 1 > width:  # later examples may be cut; the first must fit
+            k += 1
+            if len(ids) == 1 and len(tokens) + 1 > width:  # a rare long draw (long nouns) gives way to the next
+                if k < FIT_TRIES:
+                    continue
                 what = "`seq_len`" if width == self.seq_len else "the level's `row`"
                 raise TrainError(
                     f"curriculum level {self.state.level} ({mix.settings.distance[1]} characters apart) makes "
-                    f"a {ex.kind} example of {len(tokens):,} tokens, longer than {what} {width:,}; "
-                    f"raise {what} or lower the level's distance"
+                    f"{FIT_TRIES} {ex.kind} examples in a row that do not fit (the last {len(tokens):,} tokens), "
+                    f"longer than {what} {width:,}; raise {what} or lower the level's distance"
                 )
             ids += [*tokens, eos]
             mask += [*flags, False]
-            k += 1
         return np.asarray(ids[: width + 1]), np.asarray(mask[: width + 1]), k
 
     def micro_batches(self, step: int, rank: int, world: int, batch_size: int, micro: int) -> list[Batch]:
