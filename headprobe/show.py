@@ -49,6 +49,9 @@ SCORE_NOTE = (
 )
 
 
+DIVERGED = " (diverged)"  # after the checkpoint name of a run its study marks diverged
+
+
 @dataclass(frozen=True)
 class ShownTable:
     """One table to print: a title, a note under it, and the frame (index = row labels)."""
@@ -76,15 +79,16 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
     if unknown:
         raise ResultsError(f"unknown `metric` {', '.join(unknown)}; choose from {', '.join(SHOWN)}")
     out: list[ShownTable] = []
+    diverged = _diverged(folder)
     if "retrieval" in wanted:
-        out += _retrieval_tables(folder, top)
+        out += _retrieval_tables(folder, top, diverged)
     for name in ("entropy", "reordering", "erank"):
         if name in wanted:
-            frame = collect(folder, name, recursive=True)
+            frame = _collect(folder, name, diverged)
             if not frame.empty:
                 out.append(_per_layer_type(frame, name))
     if "ruler" in wanted:
-        frame = collect(folder, "ruler_scores", recursive=True)
+        frame = _collect(folder, "ruler_scores", diverged)
         if not frame.empty:
             rows = frame[frame["scope"].isin(["length", "overall"])].copy()
             rows["row"] = rows.apply(
@@ -95,7 +99,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                 ShownTable("RULER-style score by length", table, "0-100; mean over the tasks scored at each length")
             )
     if "shortctx" in wanted:
-        frame = collect(folder, "shortctx_scores", recursive=True)
+        frame = _collect(folder, "shortctx_scores", diverged)
         if not frame.empty:
             frame = frame.assign(column=frame["task"] + " " + frame["metric"])
             table = frame.pivot_table(index="model", columns="column", values="value", aggfunc="first", sort=False)
@@ -107,7 +111,7 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                 )
             )
     if "ablation" in wanted:
-        frame = collect(folder, "ablation", recursive=True)
+        frame = _collect(folder, "ablation", diverged)
         if not frame.empty:
             note = "0-1, depths pooled by their prompts; random: mean over the seeds' sets (lowest-highest)"
             out.append(
@@ -129,11 +133,28 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
     return out
 
 
-def _retrieval_tables(folder: Path, top: int) -> list[ShownTable]:
+def _diverged(folder: Path) -> set[str]:
+    """The checkpoints of the runs a study below ``folder`` marks diverged (``study_runs.status``)."""
+    runs = collect(folder, "study_runs", recursive=True)
+    if runs.empty or "status" not in runs or "model" not in runs:
+        return set()
+    return set(runs.loc[runs["status"] == "diverged", "model"])
+
+
+def _collect(folder: Path, table: str, diverged: set[str]) -> pd.DataFrame:
+    """``table`` below ``folder`` (:func:`headprobe.results.collect`), each diverged run's checkpoint named with
+    `` (diverged)``: its numbers are shown, as what that checkpoint does, never as its architecture's."""
+    frame = collect(folder, table, recursive=True)
+    if diverged and "model" in frame:
+        frame = frame.assign(model=frame["model"].where(~frame["model"].isin(diverged), frame["model"] + DIVERGED))
+    return frame
+
+
+def _retrieval_tables(folder: Path, top: int, diverged: set[str]) -> list[ShownTable]:
     """The top heads per checkpoint and the retrieval-head counts per layer type, Wu's and teacher-forced (none
     without a table)."""
     out: list[ShownTable] = []
-    frame = collect(folder, "retrieval", recursive=True)
+    frame = _collect(folder, "retrieval", diverged)
     if frame.empty:
         return out
     forms = [c for c in SCORE_COLUMNS if c in frame.columns]  # set_value: since revision 5; forced, mass: 6

@@ -104,6 +104,18 @@ def test_teacher_forced_scores_rank_the_heads_of_a_model_without_wu_scores_and_a
     assert table_rows(text, "teacher-forced retrieval heads") == [["c", "1 of 2, mass 0.350", "1 of 2, mass 0.100"]]
 
 
+def test_a_run_its_study_marks_diverged_is_shown_as_diverged(results):
+    runs = pd.DataFrame({"model": ["a", "b"], "member": ["toy-d16", "toy-k64v16"], "seed": 0, "run": "pt",
+                         "status": ["trained", "diverged"]})  # fmt: skip
+    write_table(results / "tables" / "study_runs.parquet", runs, TableMeta(table="study_runs"))
+    res = show(str(results), "--metric", "retrieval,entropy,ruler")
+    assert res.exit_code == 0, res.output
+    counts = {row[0]: row for row in table_rows(res.output, "retrieval heads (copies/span >= 0.1)")}
+    assert set(counts) == {"a", "b (diverged)"}  # its numbers stay, as that checkpoint's, named diverged
+    assert [row[0] for row in table_rows(res.output, "entropy: mean per layer type")] == ["a"]
+    assert [row[0] for row in table_rows(res.output, "RULER-style score by length")] == ["a"]
+
+
 def test_a_folder_without_results_or_an_unknown_metric_is_a_clear_error(results, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
