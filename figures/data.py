@@ -19,6 +19,7 @@ import pandas as pd
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.paths import not_a
 from headprobe.results import ResultsError, ResultsWarning, TableMeta, collect, read_meta
+from headprobe.study.tables import diverged_runs, without_runs
 
 WHO = ["member", "seed", "run"]
 MODEL_TABLES = ("retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation")  # per-model figures
@@ -64,10 +65,7 @@ class Results:
 
     def diverged(self) -> pd.DataFrame:
         """The runs ``study_runs`` marks diverged (``member``, ``seed``, ``run``; none without a status)."""
-        runs = self.runs()
-        if "status" not in runs.columns:
-            return pd.DataFrame(columns=WHO)
-        return runs[runs["status"] == "diverged"][WHO].drop_duplicates().reset_index(drop=True)
+        return diverged_runs(self.runs())
 
     def table(self, table: str, diverged: bool = False) -> pd.DataFrame:
         """``table`` with ``member``, ``seed`` and ``run`` columns (joined on ``model`` from ``study_runs``
@@ -75,11 +73,9 @@ class Results:
         never an architecture's number) unless ``diverged``. Raises :class:`MissingInput` when the table is
         absent or empty."""
         frame = self._labelled(table)
-        gone = self.diverged()
-        if diverged or gone.empty or table == "study_runs":
+        if diverged or table == "study_runs":
             return frame
-        marked = frame.merge(gone.assign(_gone=True), on=WHO, how="left")
-        kept = frame[marked["_gone"].isna().to_numpy()]
+        kept = without_runs(frame, self.diverged())
         if kept.empty:
             raise MissingInput(f"every {table!r} row belongs to a diverged run")
         return kept

@@ -199,8 +199,8 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     out: dict[str, pd.DataFrame] = {}
     runs = tables.get(STUDY_RUNS.table, pd.DataFrame(columns=["run"]))
     order = list(dict.fromkeys(runs["run"]))
-    diverged = runs[runs["status"] == "diverged"][list(RUN_KEY)] if "status" in runs else pd.DataFrame()
-    tables = {name: _runs_in_order(_without(frame, diverged), order) for name, frame in tables.items()}
+    diverged = diverged_runs(runs)
+    tables = {name: _runs_in_order(without_runs(frame, diverged), order) for name, frame in tables.items()}
     probes = tables.get(STUDY_PROBES.table, pd.DataFrame())
     if not probes.empty:
         needle = probes[probes.task == "needle"]
@@ -253,8 +253,15 @@ def comparisons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _without(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` without the rows of ``runs`` (member, seed, run); unchanged when it has no such columns."""
+def diverged_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs ``study_runs`` marks diverged, as :data:`RUN_KEY` rows (none without a ``status``)."""
+    if "status" not in runs.columns:
+        return pd.DataFrame(columns=list(RUN_KEY))
+    return runs[runs["status"] == "diverged"][list(RUN_KEY)].drop_duplicates().reset_index(drop=True)
+
+
+def without_runs(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the rows of ``runs`` (:data:`RUN_KEY`); unchanged when it has no such columns."""
     if runs.empty or not set(RUN_KEY) <= set(frame.columns):
         return frame
     marked = frame.merge(runs.assign(_gone=True), on=list(RUN_KEY), how="left")
