@@ -67,13 +67,13 @@ class Results:
         """The runs ``study_runs`` marks diverged (``member``, ``seed``, ``run``; none without a status)."""
         return diverged_runs(self.runs())
 
-    def table(self, table: str, diverged: bool = False) -> pd.DataFrame:
+    def table(self, table: str, keep_diverged: bool = False) -> pd.DataFrame:
         """``table`` with ``member``, ``seed`` and ``run`` columns (joined on ``model`` from ``study_runs``
         where the table lacks them), the rows of diverged runs left out (:meth:`diverged`: a diverged run is
-        never an architecture's number) unless ``diverged``. Raises :class:`MissingInput` when the table is
+        never an architecture's number) unless ``keep_diverged``. Raises :class:`MissingInput` when the table is
         absent or empty."""
         frame = self._labelled(table)
-        if diverged or table == "study_runs":
+        if keep_diverged or table == "study_runs":
             return frame
         kept = without_runs(frame, self.diverged())
         if kept.empty:

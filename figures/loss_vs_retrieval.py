@@ -34,7 +34,7 @@ def pairs(results: Results) -> tuple[pd.DataFrame, str]:
         raise MissingInput(
             "'study_runs' has no held-out evaluation loss (measured by `headprobe study` since issue 38)"
         )
-    ruler = results.table("study_ruler", diverged=True)  # drawn as crosses, left out of rho
+    ruler = results.table("study_ruler", keep_diverged=True)  # drawn as crosses, left out of rho
     later = [r for r in ("cpt", "sft") if r in set(ruler.run)]
     if not later:
         raise MissingInput("needs RULER-style scores after cpt or sft")

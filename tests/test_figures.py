@@ -774,7 +774,7 @@ def test_a_diverged_run_is_in_no_study_figure_and_every_one_says_so(results):
     assert data.diverged().values.tolist() == [["toy-k64v16", 1, r] for r in RUNS]
     kept = data.table("study_ruler")
     assert not ((kept.member == "toy-k64v16") & (kept.seed == 1)).any() and len(kept) == 5 * 2 * 2  # 6 runs - 1
-    assert len(data.table("study_ruler", diverged=True)) == 6 * 2 * 2  # loss_vs_retrieval draws it as a cross
+    assert len(data.table("study_ruler", keep_diverged=True)) == 6 * 2 * 2  # loss_vs_retrieval draws it as a cross
     skipped: dict[str, str] = {}
     specs = [s for s in figures.STUDY_SPECS if s.kind == "figure"]
     made = dict(built(data, specs, skipped))
