@@ -9,6 +9,8 @@ eval`` or ``shortctx eval`` output or a whole study folder), so nothing here kno
   threshold per layer type, Wu's and teacher-forced (with the mean forced mass);
 * ``entropy``, ``reordering``: per-layer-type means, one row per checkpoint;
 * ``erank``: mean effective rank per layer type, one row per checkpoint;
+* ``needle_margin``: per checkpoint, its heads with the most attention on the needle (mean over lengths), and
+  each one's mass and margin at every length: how attention on the needle thins as the context grows;
 * ``ruler``: the RULER-style score per length and overall, one row per checkpoint;
 * ``shortctx``: short-context accuracy (acc, acc_norm) per task, one row per checkpoint;
 * ``ablation``: needle accuracy per condition (baseline, top / random / named heads ablated), one row per
@@ -29,11 +31,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from headprobe.metrics.margin import head_means
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import ResultsError, collect, read_tables
 from headprobe.verdict_table import verdict_cells
 
-SHOWN = ("retrieval", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation", "verdicts")
+SHOWN = ("retrieval", "needle_margin", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation", "verdicts")
 SCORE_COLUMNS = {  # the retrieval table's scores, as shown
     "value": "copies/span",
     "set_value": "set (0-1)",
@@ -82,6 +85,10 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
     diverged = _diverged(folder)
     if "retrieval" in wanted:
         out += _retrieval_tables(folder, top, diverged)
+    if "needle_margin" in wanted:
+        frame = _collect(folder, "needle_margin", diverged)
+        if not frame.empty:
+            out.append(margin_table(frame, top))
     for name in ("entropy", "reordering", "erank"):
         if name in wanted:
             frame = _collect(folder, name, diverged)
@@ -125,8 +132,9 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
         out += verdict_tables(folder)
     if not out:
         raise ResultsError(
-            f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, entropy, reordering, "
-            "erank, ruler_scores, shortctx_scores, ablation and study_verdicts Parquet files below it); run "
+            f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, needle_margin, entropy, "
+            "reordering, erank, ruler_scores, shortctx_scores, ablation and study_verdicts Parquet files below "
+            "it); run "
             "`headprobe analyze`, `headprobe ruler eval`, `headprobe shortctx eval`, `headprobe ablate` or "
             "`headprobe study` first"
         )
@@ -148,6 +156,27 @@ def _collect(folder: Path, table: str, diverged: set[str]) -> pd.DataFrame:
     if diverged and "model" in frame:
         frame = frame.assign(model=frame["model"].where(~frame["model"].isin(diverged), frame["model"] + DIVERGED))
     return frame
+
+
+def margin_table(frame: pd.DataFrame, top: int) -> ShownTable:
+    """Per checkpoint, its ``top`` heads by mass on the needle (mean over lengths and samples), with the mass and
+    the margin at each length (columns ``mass@L`` and ``margin@L``, shortest first)."""
+    heads = head_means(frame)
+    best = heads.groupby(["model", "layer", "head", "layer_type"])["mass"].mean().reset_index()
+    best = best.sort_values(["model", "mass"], ascending=[True, False]).groupby("model").head(top)
+    rows = heads.merge(best[["model", "layer", "head"]], on=["model", "layer", "head"])
+    cells = rows.pivot_table(
+        index=["model", "layer", "head", "layer_type"], columns="length", values=["mass", "margin"]
+    )
+    cells.columns = [f"{what}@{int(length):,}" for what, length in cells.columns]
+    order = sorted(cells.columns, key=lambda c: (int(c.split("@")[1].replace(",", "")), c.split("@")[0] != "mass"))
+    table = cells[order].reindex(pd.MultiIndex.from_frame(best[["model", "layer", "head", "layer_type"]]))
+    note = (
+        "mass: attention on the needle's keys at the teacher-forced answer steps (0-1); margin: the needle's best "
+        "key logit minus the best other key's (nats; above 0 the needle wins); means over the samples. Heads ranked "
+        "by mass, mean over lengths"
+    )
+    return ShownTable(f"needle margin: top {top} heads per checkpoint by mass, by length", table.round(3), note)
 
 
 def _retrieval_tables(folder: Path, top: int, diverged: set[str]) -> list[ShownTable]:

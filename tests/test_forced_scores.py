@@ -9,18 +9,18 @@ import math
 import pandas as pd
 import pytest
 import torch
+from hand_built import InductionModel, hand_prompt
 from reference import dense_probs
 
-from headprobe.hooked import HeadprobeModel, HookedModel
+from headprobe.hooked import HeadprobeModel
 from headprobe.metrics import retrieval_scores
 from headprobe.metrics.retrieval import forced_answer, forced_rows, forced_scores, head_scores
 from headprobe.metrics.summaries import retrieval_rows
-from headprobe.model.config import AttentionConfig, LayerInfo, LayerType
-from headprobe.model.seam import AttentionCall
+from headprobe.model.config import AttentionConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.testing import tiny_config
-from headprobe.text.needles import CODE_NEEDLES, NEEDLES, Needle, NeedlePrompt, needle_prompt
+from headprobe.text.needles import CODE_NEEDLES, NEEDLES, NeedlePrompt, needle_prompt
 
 # sliding layers with a window of 128: at depth 100 the needle lies inside it, so they see part of the span
 CONFIG = tiny_config(
@@ -98,36 +98,6 @@ def test_forced_rows_argmax_and_mass_of_any_span_match_dense_float64(tiny):
             expected = p[:, row, span[0] : span[1]].sum(-1)
             assert mass[i, layer, : att.n_heads] == pytest.approx(expected.numpy(), rel=1e-5, abs=1e-7)
         assert (argmax[:, layer, att.n_heads :] == -1).all()  # a layer with fewer heads than the widest
-
-
-class InductionModel(HookedModel):
-    """A hand-built byte-level model of two layers, each with an induction head (head 0) and a uniform head
-    (head 1); layer 1 is a sliding layer of window 6. Head 0's query is the one-hot of the current token and
-    its key at ``j`` is 50 x the one-hot of the token before ``j``, so row ``i`` attends to the positions just
-    after earlier occurrences of its token; head 1's query is zero, so it spreads evenly over the keys it sees."""
-
-    def __init__(self) -> None:
-        self.name, self.tokenizer, self.device, self.prompt_start = "hand", ByteTokenizer(), torch.device("cpu"), []
-        self.layers = [LayerInfo(0, LayerType.FULL, 2, 2, 264, 264, None),
-                       LayerInfo(1, LayerType.SLIDING, 2, 2, 264, 264, 6)]  # fmt: skip
-        self.max_positions = 64
-
-    def run(self, input_ids, hook=None, residual=None):
-        current = torch.nn.functional.one_hot(input_ids[0], 264).double()  # [L, 264]
-        before = torch.cat([torch.zeros(1, 264, dtype=torch.float64), current[:-1]]) * 50.0
-        q = torch.stack([current, torch.zeros_like(current)])[None]  # [1, 2 heads, L, 264]
-        k = torch.stack([before, before])[None]
-        for info in self.layers:
-            hook(AttentionCall(info.index, info.layer_type, q, k, info.window, 1.0, 0))
-
-
-def hand_prompt() -> NeedlePrompt:
-    """``"pq 4729.rs "``: the answer ``4729`` at positions 3-6; the text ends in a space, so the answer is forced
-    behind it with no space of its own: rows 10 (``" "``), 11 (``4``), 12 (``7``), 13 (``2``) produce ``4, 7, 2,
-    9``. Each of those tokens occurs once before, right before the span token that comes next."""
-    text = "pq 4729.rs "
-    needle = Needle("pq ", "4729", ".", "the code?")
-    return NeedlePrompt(list(text.encode()), 3, 7, needle, 50.0, "hand", text)
 
 
 def test_a_hand_built_induction_head_scores_exactly_one_and_a_uniform_head_its_share_of_the_keys():

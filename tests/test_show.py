@@ -122,7 +122,7 @@ def test_a_folder_without_results_or_an_unknown_metric_is_a_clear_error(results,
     out = show(str(empty))
     assert out.exit_code == 2 and "holds none of the tables" in out.output and "headprobe analyze" in out.output
     out = show(str(results), "--metric", "loss")
-    assert out.exit_code == 2 and "unknown --metric loss; choose from retrieval, entropy" in out.output
+    assert out.exit_code == 2 and "unknown --metric loss; choose from retrieval, needle_margin, entropy" in out.output
     out = show(str(tmp_path / "nowhere"))
     assert out.exit_code == 2 and "is not a folder" in out.output
 

@@ -53,7 +53,8 @@ MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` 
 def check_inputs(model: HookedModel, name: str, settings: AnalyzeSettings, budget: MemoryBudget) -> None:
     """Refuse, before any work, lengths beyond the model's positions, needles that do not fit, and
     lengths whose estimated memory exceeds the budget."""
-    decodes = any(isinstance(m, DecodeMetric) for m in settings.chosen())
+    needs_needles = [m.name for m in settings.chosen() if isinstance(m, DecodeMetric)]
+    decodes = bool(needs_needles)
     # a model without a chat template refuses chat
     wrapper = model.prompt_wrapper(settings.prompt_format) if decodes else None
     for length in settings.lengths:
@@ -63,7 +64,7 @@ def check_inputs(model: HookedModel, name: str, settings: AnalyzeSettings, budge
                 try:
                     needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper)
                 except NeedleError as err:  # too short for the needle and its question: which model, and the fix
-                    raise AnalyzeError(f"{name}: {err}; use longer `lengths` for retrieval") from None
+                    raise AnalyzeError(f"{name}: {err}; use longer `lengths` for {', '.join(needs_needles)}") from None
         cached = length + settings.max_new_tokens if decodes else 0
         keeps_top = any(getattr(m, "min_topk", 0) for m in settings.chosen())  # only reordering keeps top keys
         topk = settings.topk if keeps_top else 0

@@ -16,9 +16,10 @@ from headprobe.text.prompt_format import format_key, parse_prompt_format
 if TYPE_CHECKING:
     from headprobe.metrics import Metric, Rows
 
-# the metric registry's names (headprobe.metrics.METRICS; a test holds them equal): the default, known
-# without importing the metrics (and torch), so that the command line builds its options quickly
-METRIC_NAMES = ("retrieval", "entropy", "reordering", "erank")
+# the metric registry's names (headprobe.metrics.METRICS; a test holds them equal), known without importing the
+# metrics (and torch), so that the command line builds its options quickly; and those computed by default
+METRIC_NAMES = ("retrieval", "needle_margin", "entropy", "reordering", "erank")
+DEFAULT_METRICS = ("retrieval", "entropy", "reordering", "erank")
 
 MIN_LENGTH = 16
 
@@ -61,7 +62,9 @@ class AnalyzeSettings:
     """
 
     metrics: list[str] = setting(
-        factory=lambda: list(METRIC_NAMES), help="comma list of " + ",".join(METRIC_NAMES), form="names"
+        factory=lambda: list(DEFAULT_METRICS),
+        help=f"comma list of {','.join(METRIC_NAMES)} (default: {','.join(DEFAULT_METRICS)})",
+        form="names",
     )
     lengths: list[int] = setting(
         factory=lambda: [4096],
@@ -78,12 +81,16 @@ class AnalyzeSettings:
     haystack_files: list[str] | None = setting(
         None, help="text files to use as haystack", flag="--haystack-file", form="paths"
     )
-    needles: str = setting("builtin", help="retrieval's needle set: builtin | codes (the toy models') | a .jsonl file")
+    needles: str = setting(
+        "builtin", help="the needle set (retrieval, needle_margin): builtin | codes (the toy models') | a .jsonl file"
+    )
     retrieval_span: str = setting(
-        "exact", help="retrieval: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)"
+        "exact", help="retrieval, needle_margin: exact (the answer's tokens) | reference (Wu et al.'s find_needle_idx)"
     )
     needle_reach: int = setting(
-        0, help="retrieval: tokens after the needle's answer span its forced mass counts too (window - 1)", minimum=0
+        0,
+        help="retrieval, needle_margin: tokens after the needle's answer span counted as the needle too (window - 1)",
+        minimum=0,
     )
     prompt_format: str = setting("auto", help=PROMPT_FORMAT_HELP)
     dtype: str | None = setting(None, help=DTYPE_HELP)

@@ -6,6 +6,7 @@ passes      ``run_pass``: one forward pass feeding every pass metric's collector
 attention   attention entropy and token reordering
 erank       effective rank of the residual stream
 retrieval   Wu et al.'s retrieval score, its teacher-forced form and the needle mass; retrieval heads
+margin      the needle margin: each head's needle logit over the haystack's, its mass and rank
 heads       per-head means of row statistics
 rows        ``Rows``: which query rows a pass analyses
 summaries   what each metric adds to a run's ``analysis_summary`` (aggregate rows) and its one-line headline

@@ -4,7 +4,8 @@ Two kinds:
 
 * :class:`PassMetric`: computed from forward passes over haystack text. Every pass metric of a run
   shares one pass per input (:func:`headprobe.metrics.passes.run_pass`): each contributes a collector.
-* :class:`DecodeMetric`: computed from greedy decoding of needle prompts (the retrieval score).
+* :class:`DecodeMetric`: computed from needle prompts one at a time: greedily decoded (the retrieval score)
+  or with their answer teacher-forced (the needle margin).
 
 The analysis job (:mod:`headprobe.analysis`) walks :data:`METRICS`; adding a metric is adding an entry.
 """
@@ -20,6 +21,7 @@ from headprobe.core.errors import SettingError
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.erank import ERANK, ErankCollector
+from headprobe.metrics.margin import NEEDLE_MARGIN, margin_headline, margin_sample, margin_summary
 from headprobe.metrics.passes import Collector
 from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_COPIES, RETRIEVAL_SAMPLES, combine_samples, sample_tables
 from headprobe.metrics.summaries import (
@@ -132,6 +134,20 @@ METRICS: dict[str, Metric] = {
             # needles hide in the corpus's prose alone (no planted facts or questions); 5: the paper's set
             # form (set_value) beside the code's count; 6: the teacher-forced score and forced mass of every
             # sample (forced_value, forced_set_value, forced_mass), samples record their answer steps
+        ),
+        DecodeMetric(
+            "needle_margin",
+            (NEEDLE_MARGIN,),
+            (NEEDLE_MARGIN,),
+            ("needles", "retrieval_span", "prompt_format", "needle_reach"),
+            lambda model, prompt, sample, options: {
+                NEEDLE_MARGIN.table: margin_sample(model, prompt, sample, options.span, options.needle_reach)
+            },
+            lambda frames: {},
+            margin_summary,
+            margin_headline,
+            "needle margin and dilution per head: the needle's best logit over the haystack's, its mass and rank, "
+            "at the teacher-forced answer steps",
         ),
         PassMetric(
             "entropy",

@@ -280,6 +280,42 @@ def forced_answer(tokenizer: Any, prompt: NeedlePrompt) -> tuple[list[int], list
     return own, list(range(len(own)))
 
 
+class ForcedPrompt(NamedTuple):
+    """A needle prompt with its answer teacher-forced (:func:`forced_prompt`): ``ids``, the prompt and the
+    forced answer but its last token (one forward pass); ``rows``, the answer steps' absolute positions;
+    ``targets``, the token each answer step produces; ``span``, the answer span ``[start, end)`` in the
+    prompt (where a copy must land); ``read``, the needle's keys, the span and the reach after it."""
+
+    ids: list[int]
+    rows: list[int]
+    targets: list[int]
+    span: tuple[int, int]
+    read: tuple[int, int]
+
+
+def forced_prompt(
+    model: HookedModel, prompt: NeedlePrompt, span: Span | str = Span.EXACT, reach: int = 0
+) -> ForcedPrompt:
+    """``prompt`` with its answer forced (:func:`forced_answer`): answer step ``t`` is the row whose next token
+    is the answer's ``t``-th scored token (the last prompt token's row first when the answer starts at once);
+    the needle's keys are the answer span (:func:`answer_span`) and the ``reach`` prompt tokens after it, never
+    past the prompt's end. Refuses (:meth:`HookedModel.check_length`) a prompt and answer beyond the model."""
+    start, end = answer_span(model, prompt, span)
+    tokens, steps = forced_answer(model.tokenizer, prompt)
+    model.check_length(prompt.length + len(tokens) - 1)
+    rows = [prompt.length - 1 + i for i in steps]
+    read = (start, max(end, min(end + reach, prompt.length)))
+    return ForcedPrompt([*prompt.ids, *tokens[:-1]], rows, [tokens[i] for i in steps], (start, end), read)
+
+
+def call_rows(call: AttentionCall, wanted: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """Which of the absolute positions ``wanted [n]`` are query rows of ``call``: their indices into
+    ``wanted`` and their query indices in the call (both empty when none is)."""
+    at = wanted - call.query_start
+    inside = (at >= 0) & (at < call.q.shape[2])
+    return inside.nonzero()[:, 0].numpy(), at[inside]
+
+
 def forced_rows(
     model: HookedModel, ids: Sequence[int], rows: Sequence[int], span: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -294,14 +330,13 @@ def forced_rows(
     wanted = torch.as_tensor(list(rows), dtype=torch.long)
 
     def record(call: AttentionCall) -> None:
-        at = wanted - call.query_start  # the rows' query indices in this call
-        inside = (at >= 0) & (at < call.q.shape[2])
-        if not bool(inside.any()):
+        found, at = call_rows(call, wanted)
+        if not len(found):
             return
         first, last = max(span[0] - call.key_start, 0), min(span[1] - call.key_start, call.k.shape[2])
         spans = [(first, last)] if first < last else []
-        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=at[inside], spans=spans, topk=0)
-        found, heads = inside.nonzero()[:, 0].numpy(), call.q.shape[1]
+        st = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=at, spans=spans, topk=0)
+        heads = call.q.shape[1]
         argmax[found, call.layer, :heads] = (st.argmax[0] + call.key_start).T.cpu().numpy()
         if spans:
             mass[found, call.layer, :heads] = st.span_mass[0, :, :, 0].T.double().cpu().numpy()
@@ -321,14 +356,10 @@ def forced_scores(
     argmax key lies in the answer span (:func:`answer_span`) and holds ``a_t``: Wu's rule with ``a_t`` in
     place of a decoded token. ``forced_mass`` is the mass on the span and the ``reach`` prompt tokens after
     it (never past the prompt's end)."""
-    start, end = answer_span(model, prompt, span)
-    tokens, steps = forced_answer(model.tokenizer, prompt)
-    model.check_length(prompt.length + len(tokens) - 1)
-    rows = [prompt.length - 1 + i for i in steps]
-    read = (start, max(end, min(end + reach, prompt.length)))  # the mass's keys; the copies' are the span's
-    argmax, mass = forced_rows(model, [*prompt.ids, *tokens[:-1]], rows, read)
-    copies = copy_scores(argmax, [tokens[i] for i in steps], prompt.ids, [(start, end)])
-    return ForcedScores(copies.value, copies.set_value, mass.mean(0)), len(steps)
+    forced = forced_prompt(model, prompt, span, reach)
+    argmax, mass = forced_rows(model, forced.ids, forced.rows, forced.read)
+    copies = copy_scores(argmax, forced.targets, prompt.ids, [forced.span])
+    return ForcedScores(copies.value, copies.set_value, mass.mean(0)), len(forced.rows)
 
 
 def retrieval_sample(

@@ -1,0 +1,46 @@
+"""Hand-built models and prompts whose scores are known exactly, worked out by hand in the tests that use
+them (the teacher-forced retrieval scores, the needle margin).
+
+* :class:`InductionModel` two layers (full, then sliding of window 6), an induction head and a uniform head each.
+* :func:`hand_prompt` an 11-byte needle prompt whose answer is forced behind its final space.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headprobe.hooked import HookedModel
+from headprobe.model.config import LayerInfo, LayerType
+from headprobe.model.seam import AttentionCall
+from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.text.needles import Needle, NeedlePrompt
+
+
+class InductionModel(HookedModel):
+    """A hand-built byte-level model of two layers, each with an induction head (head 0) and a uniform head
+    (head 1); layer 1 is a sliding layer of window 6. Head 0's query is the one-hot of the current token and
+    its key at ``j`` is 50 x the one-hot of the token before ``j``, so row ``i`` attends to the positions just
+    after earlier occurrences of its token; head 1's query is zero, so it spreads evenly over the keys it sees."""
+
+    def __init__(self) -> None:
+        self.name, self.tokenizer, self.device, self.prompt_start = "hand", ByteTokenizer(), torch.device("cpu"), []
+        self.layers = [LayerInfo(0, LayerType.FULL, 2, 2, 264, 264, None),
+                       LayerInfo(1, LayerType.SLIDING, 2, 2, 264, 264, 6)]  # fmt: skip
+        self.max_positions = 64
+
+    def run(self, input_ids, hook=None, residual=None):
+        current = torch.nn.functional.one_hot(input_ids[0], 264).double()  # [L, 264]
+        before = torch.cat([torch.zeros(1, 264, dtype=torch.float64), current[:-1]]) * 50.0
+        q = torch.stack([current, torch.zeros_like(current)])[None]  # [1, 2 heads, L, 264]
+        k = torch.stack([before, before])[None]
+        for info in self.layers:
+            hook(AttentionCall(info.index, info.layer_type, q, k, info.window, 1.0, 0))
+
+
+def hand_prompt() -> NeedlePrompt:
+    """``"pq 4729.rs "``: the answer ``4729`` at positions 3-6; the text ends in a space, so the answer is forced
+    behind it with no space of its own: rows 10 (``" "``), 11 (``4``), 12 (``7``), 13 (``2``) produce ``4, 7, 2,
+    9``. Each of those tokens occurs once before, right before the span token that comes next."""
+    text = "pq 4729.rs "
+    needle = Needle("pq ", "4729", ".", "the code?")
+    return NeedlePrompt(list(text.encode()), 3, 7, needle, 50.0, "hand", text)
