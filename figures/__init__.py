@@ -19,6 +19,7 @@ from figures import (
     model_layers,
     model_retrieval_heads,
     model_ruler,
+    needle_margin,
     probes,
     qk_vs_v,
     retrieval_heads,
@@ -52,7 +53,9 @@ STUDY_SPECS: tuple[Spec, ...] = tuple(
 )
 """The study's figures and tables: a ``headprobe study`` folder's members, seeds and runs."""
 
-MODEL_SPECS: tuple[Spec, ...] = tuple(m.SPEC for m in (model_retrieval_heads, model_layers, model_ruler, ablation))
+MODEL_SPECS: tuple[Spec, ...] = tuple(
+    m.SPEC for m in (model_retrieval_heads, model_layers, needle_margin, model_ruler, ablation)
+)
 """The per-model figures: any model's ``analyze``, ``ruler eval`` and ablation results (models that are not
 runs of a study in the folder), a panel or a colour per model."""
 

@@ -22,7 +22,15 @@ from headprobe.results import ResultsError, ResultsWarning, TableMeta, collect, 
 from headprobe.study.tables import diverged_runs, without_runs
 
 WHO = ["member", "seed", "run"]
-MODEL_TABLES = ("retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation")  # per-model figures
+MODEL_TABLES = (
+    "retrieval",
+    "entropy",
+    "erank",
+    "needle_margin",
+    "ruler_scores",
+    "ruler_samples",
+    "ablation",
+)  # per-model
 
 
 class MissingInput(HeadprobeError, LookupError):

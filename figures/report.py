@@ -20,7 +20,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from figures.data import MissingInput, Results
+from figures.data import MODEL_TABLES, MissingInput, Results
 from figures.draw import built, figure_bytes
 from figures.spec import Spec
 from figures.tables import Table
@@ -116,9 +116,6 @@ def _unscored(data: Results) -> list[str]:
     return out
 
 
-MODEL_TABLES = ["retrieval", "entropy", "erank", "ruler_scores", "ruler_samples", "ablation"]
-
-
 def _settings(results: Path, data: Results) -> str:
     meta = read_meta(table_path(results / "tables", "study_runs"))
     if meta is not None:
@@ -126,7 +123,7 @@ def _settings(results: Path, data: Results) -> str:
                   "created": meta.created}  # fmt: skip
         return f"<pre>{html.escape(json.dumps(record, indent=2, default=str))}</pre>"
     runs: dict[str, dict] = {}  # the per-model tables, grouped by the command and settings that wrote them
-    for path, m in data.sources(MODEL_TABLES):
+    for path, m in data.sources(list(MODEL_TABLES)):
         key = json.dumps([m.command, m.settings], sort_keys=True, default=str)
         runs.setdefault(key, {"tables": [], "command": m.command, "settings": m.settings, "versions": m.versions,
                               "created": m.created})["tables"].append(str(path))  # fmt: skip

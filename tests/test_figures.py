@@ -330,7 +330,7 @@ def test_short_context_table(results):
     assert row["arc acc"] == "31.2 ± 8.8" and row["arc acc_norm"] == "37.5 ± 8.8"  # 25 and 37.5; +6.25
 
 
-MODEL_FIGURES = {"model_retrieval_heads", "model_layers", "model_ruler", "ablation"}
+MODEL_FIGURES = {"model_retrieval_heads", "model_layers", "needle_margin", "model_ruler", "ablation"}
 
 
 def test_a_missing_table_is_skipped_and_said(results, tmp_path):
@@ -759,7 +759,7 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     main([str(results), "--docs", str(tmp_path / "docs"), "--also", str(analyzed), "--also-command", "analyze x"])
     page = (tmp_path / "docs" / "figures.md").read_text()
     titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
-    drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "ablation"}]
+    drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "needle_margin", "ablation"}]
     assert titles == [*drawn, "Not drawn"] and "here from analyze x." in page
     assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
     assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
@@ -783,3 +783,36 @@ def test_a_diverged_run_is_in_no_study_figure_and_every_one_says_so(results):
         notes = [t.get_text() for t in fig.texts if t.get_text().startswith("diverged")]
         assert notes == ["diverged (no architecture's score): toy-k64v16 seed 1: pt, cpt, cpt-frozen"], name
         plt.close(fig)
+
+
+def test_needle_margin_draws_each_models_top_heads_by_mass_against_length(tmp_path):
+    from figures import needle_margin
+
+    # gamma: head (1, 0) has the most mass at both lengths, (0, 1) the next, (1, 1) the third, (0, 0) the least;
+    # two samples each, so the lines are means over samples: (1, 0) at 512 is (0.8 + 0.6) / 2
+    mass = {(0, 0): 0.01, (0, 1): 0.3, (1, 0): 0.7, (1, 1): 0.2}
+    _model_table(tmp_path, "gamma", "needle_margin", [
+        {"model": "gamma", "layer": layer, "head": h, "layer_type": "full" if layer else "sliding", "sample": s,
+         "depth": 50.0, "answer_steps": 4, "seen": 1.0, "length": n,
+         "mass": mass[layer, h] / (1 if n == 512 else 2) + ((0.1 if s == 0 else -0.1) if (layer, h) == (1, 0) else 0),
+         "margin": 3.0 - n / 512 + s, "rank": 1.0}
+        for n in (512, 2048) for (layer, h) in mass for s in (0, 1)
+    ])  # fmt: skip
+    fig = needle_margin.build(Results(tmp_path))
+    left, right = fig.axes
+    lines = _lines(left)
+    assert list(lines) == ["gamma L1H0", "gamma L0H1", "gamma L1H1"]  # the top three by mass, most first
+    x, y = lines["gamma L1H0"].get_data()
+    assert list(x) == [512, 2048] and list(y) == pytest.approx([0.7, 0.35])
+    assert [line.get_linestyle() for line in lines.values()] == ["-", "--", ":"]
+    x, y = _lines(right)["gamma L0H1"].get_data()
+    assert list(y) == pytest.approx([2.5, -0.5])  # 3 - n/512 + the mean of samples 0 and 1
+    assert left.get_xscale() == "log" and [t.get_text() for t in left.get_xticklabels()] == ["512", "2K"]
+    plt.close(fig)
+    one = tmp_path / "one"
+    _model_table(one, "gamma", "needle_margin", [
+        {"model": "gamma", "layer": 0, "head": 0, "layer_type": "full", "sample": 0, "depth": 50.0,
+         "answer_steps": 4, "seen": 1.0, "length": 512, "mass": 0.5, "margin": 1.0, "rank": 1.0}
+    ])  # fmt: skip
+    with pytest.raises(MissingInput, match="one length"):
+        needle_margin.build(Results(one))

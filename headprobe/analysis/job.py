@@ -44,6 +44,7 @@ from headprobe.jobs.parts import Parts, check_parts
 from headprobe.jobs.provenance import table_meta, write_results
 from headprobe.jobs.record import RunReport
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
+from headprobe.metrics.retrieval import forced_answer
 from headprobe.results import Schema
 from headprobe.text.needles import NeedleError, needle_prompt, needle_set
 
@@ -53,19 +54,24 @@ MEMORY_FIX = "analyse fewer rows (`rows` last:N or stride:N), shorter `lengths` 
 def check_inputs(model: HookedModel, name: str, settings: AnalyzeSettings, budget: MemoryBudget) -> None:
     """Refuse, before any work, lengths beyond the model's positions, needles that do not fit, and
     lengths whose estimated memory exceeds the budget."""
-    needs_needles = [m.name for m in settings.chosen() if isinstance(m, DecodeMetric)]
-    decodes = bool(needs_needles)
+    needle_metrics = [m for m in settings.chosen() if isinstance(m, DecodeMetric)]
+    needs_needles = ", ".join(m.name for m in needle_metrics)
+    # room after the prompt: the decoding budget where a metric decodes, else the forced answer (checked per needle)
+    room = settings.max_new_tokens if any(m.generates for m in needle_metrics) else 0
     # a model without a chat template refuses chat
-    wrapper = model.prompt_wrapper(settings.prompt_format) if decodes else None
+    wrapper = model.prompt_wrapper(settings.prompt_format) if needle_metrics else None
     for length in settings.lengths:
-        model.check_length(length + (settings.max_new_tokens if decodes else 0))
-        if wrapper is not None:  # every needle prompt must fit
+        model.check_length(length + room)
+        if wrapper is not None:  # every needle prompt must fit, with its forced answer
             for needle in needle_set(settings.needles):
                 try:
-                    needle_prompt(model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper)
+                    prompt = needle_prompt(
+                        model.tokenizer, needle, length, 50.0, start=model.prompt_start, wrapper=wrapper
+                    )
                 except NeedleError as err:  # too short for the needle and its question: which model, and the fix
-                    raise AnalyzeError(f"{name}: {err}; use longer `lengths` for {', '.join(needs_needles)}") from None
-        cached = length + settings.max_new_tokens if decodes else 0
+                    raise AnalyzeError(f"{name}: {err}; use longer `lengths` for {needs_needles}") from None
+                model.check_length(prompt.length + len(forced_answer(model.tokenizer, prompt)[0]) - 1)
+        cached = length + room if needle_metrics else 0
         keeps_top = any(getattr(m, "min_topk", 0) for m in settings.chosen())  # only reordering keeps top keys
         topk = settings.topk if keeps_top else 0
         estimate = model.memory(length, rows=settings.row_selection.count(length), topk=topk, cached_tokens=cached)

@@ -98,6 +98,8 @@ class DecodeMetric:
             needle prompt decoded as sample number ``sample``, as :class:`DecodeOptions` say.
         combine: ``{table: frame}`` of every sample at one length (in sample order) ``-> {table: frame}``:
             the other tables at that length (e.g. the head scores, a mean over the kept samples).
+        generates: whether it decodes greedily (its prompts need ``max_new_tokens`` of room in the model's
+            positions) or only teacher-forces the answer (room for the answer alone).
     """
 
     name: str
@@ -110,6 +112,7 @@ class DecodeMetric:
     headline: Callable[[pd.DataFrame], str]
     description: str = ""
     revision: int = 1
+    generates: bool = True
 
 
 Metric = PassMetric | DecodeMetric
@@ -148,6 +151,7 @@ METRICS: dict[str, Metric] = {
             margin_headline,
             "needle margin and dilution per head: the needle's best logit over the haystack's, its mass and rank, "
             "at the teacher-forced answer steps",
+            generates=False,
         ),
         PassMetric(
             "entropy",
