@@ -23,24 +23,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _report
+import _report  # beside this script (as every benchmark reads it)
 
 SIDES = ("needle_margin", "entropy")
 
 
 def _model(name: str):
+    import torch
+
     from headprobe.hooked import HeadprobeModel, load_model
 
     if name == "smollm2":
-        from retrieval_wu import gguf_file
+        from headprobe.study.real import smollm2_file
 
-        return load_model(gguf_file(), dtype="float32")
-    import torch
-
+        return load_model(smollm2_file(), dtype=torch.float32)
     from headprobe.model.presets import preset
     from headprobe.model.tokenizer import ByteTokenizer
     from headprobe.model.transformer import Transformer

@@ -13,6 +13,7 @@ eval`` or ``shortctx eval`` output or a whole study folder), so nothing here kno
   each one's mass and margin at every length: how attention on the needle thins as the context grows;
 * ``ruler``: the RULER-style score per length and overall, one row per checkpoint;
 * ``shortctx``: short-context accuracy (acc, acc_norm) per task, one row per checkpoint;
+* ``graft``: each part set's hybrid (``headprobe graft``), a column per metric and length;
 * ``ablation``: needle accuracy per condition (baseline, top / random / named heads ablated), one row per
   checkpoint x task x length; random sets as their mean with the range over seeds;
 * ``verdicts``: a study's verdict on each of its findings (``study_verdicts``, written by ``headprobe study``:
@@ -36,7 +37,18 @@ from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import ResultsError, collect, read_tables
 from headprobe.verdict_table import verdict_cells
 
-SHOWN = ("retrieval", "needle_margin", "entropy", "reordering", "erank", "ruler", "shortctx", "ablation", "verdicts")
+SHOWN = (
+    "retrieval",
+    "needle_margin",
+    "entropy",
+    "reordering",
+    "erank",
+    "ruler",
+    "shortctx",
+    "ablation",
+    "graft",
+    "verdicts",
+)
 SCORE_COLUMNS = {  # the retrieval table's scores, as shown
     "value": "copies/span",
     "set_value": "set (0-1)",
@@ -128,6 +140,10 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
                     "; ".join([note, *baseline_caveats(frame)]),
                 )
             )
+    if "graft" in wanted:
+        frame = _collect(folder, "graft", diverged)
+        if not frame.empty:
+            out.append(graft_table(frame))
     if "verdicts" in wanted:
         out += verdict_tables(folder)
     if not out:
@@ -177,6 +193,23 @@ def margin_table(frame: pd.DataFrame, top: int) -> ShownTable:
         "by mass, mean over lengths"
     )
     return ShownTable(f"needle margin: top {top} heads per checkpoint by mass, by length", table.round(3), note)
+
+
+def graft_table(frame: pd.DataFrame) -> ShownTable:
+    """A ``graft`` table as one row per base, donor and part set (in the run's order), a column per metric and
+    length (``needle_accuracy@1,024``; the held-out losses without a length)."""
+    cells = frame.assign(
+        column=[m if int(n) == 0 else f"{m}@{int(n):,}" for m, n in zip(frame["metric"], frame["length"], strict=True)]
+    )
+    table = cells.pivot_table(index=["base", "donor", "parts"], columns="column", values="value", aggfunc="first",
+                              sort=False)  # fmt: skip
+    order = list(dict.fromkeys(cells["column"]))
+    note = (
+        "parts none: the base itself; all: the donor. needle_accuracy: share of the needle prompts answered (0-1); "
+        "*_heads: heads at or above 0.1 (Wu's score, its teacher-forced form, the forced mass); eval_loss: held-out "
+        "nats per target token"
+    )
+    return ShownTable("graft: each part set's hybrid", table.reindex(columns=order).round(3), note)
 
 
 def _retrieval_tables(folder: Path, top: int, diverged: set[str]) -> list[ShownTable]:

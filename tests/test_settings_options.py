@@ -19,6 +19,9 @@ from headprobe.cli.common import flagify, settings_from
 from headprobe.cli.ruler import GENERATE_SETTINGS
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.evals.shortctx.settings import ShortCtxSettings
+from headprobe.graft.settings import GraftSettings
+
+GRAFT_OPTIONS = tuple(f.name for f in dataclasses.fields(GraftSettings) if f.name != "donor")
 
 
 def _command(*path: str) -> click.Command:
@@ -36,6 +39,7 @@ def _command(*path: str) -> click.Command:
         (("ruler", "generate"), RulerSettings, GENERATE_SETTINGS),  # the settings that make samples
         (("ablate",), AblateSettings, None),
         (("shortctx", "eval"), ShortCtxSettings, None),
+        (("graft",), GraftSettings, GRAFT_OPTIONS),  # the donor is an argument
     ],
 )
 def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(path, settings, names):
@@ -43,7 +47,8 @@ def test_every_setting_is_an_option_and_no_options_give_the_library_defaults(pat
     fields = [f for f in dataclasses.fields(settings) if names is None or f.name in names]
     assert names is None or {f.name for f in fields} == set(names)
     left_out = {f.name for f in dataclasses.fields(settings)} - {f.name for f in fields}
-    assert not left_out & set(params), sorted(left_out & set(params))  # a selection: the other fields are no options
+    options = {name for name, p in params.items() if getattr(p, "param_type_name", "") == "option"}
+    assert not left_out & options, sorted(left_out & options)  # a selection: the other fields are no options
     assert {f.name for f in fields} <= set(params), sorted({f.name for f in fields} - set(params))
     flags = {name: p.opts[0] for name, p in params.items() if getattr(p, "param_type_name", "") == "option"}
     for f in fields:  # the field's help, settings named in backticks shown as the command's flags

@@ -6,6 +6,7 @@ flags (:func:`headprobe.cli.common.refused`).
 ==========  =========================================================================================
 analyze     ``headprobe analyze``
 ablate      ``headprobe ablate``: needle accuracy with heads ablated
+graft       ``headprobe graft``: a checkpoint's parts grafted into another, each hybrid measured
 ruler       ``headprobe ruler generate|eval``
 shortctx    ``headprobe shortctx eval``
 plan        ``headprobe plan``
@@ -35,7 +36,7 @@ from typing import NoReturn
 import typer
 from typer.core import DEFAULT_MARKUP_MODE, TyperGroup
 
-from headprobe.cli import ablate, analyze, explore, export, figures, plan, ruler, shortctx, show, study
+from headprobe.cli import ablate, analyze, explore, export, figures, graft, plan, ruler, shortctx, show, study
 from headprobe.cli.common import (
     Session,
     check_options,
@@ -366,6 +367,7 @@ export_app.command("hf")(export.export_hf)
 
 app.command("analyze")(analyze.analyze)
 app.command("ablate")(ablate.ablate)
+app.command("graft")(graft.graft)
 app.add_typer(ruler_app, name="ruler")
 app.add_typer(shortctx_app, name="shortctx")
 app.add_typer(export_app, name="export")

@@ -238,6 +238,21 @@ class HookedModel:
         """The model's parameters (for sizes and dtypes)."""
         raise NotImplementedError
 
+    @property
+    def module(self) -> torch.nn.Module:
+        """The torch module holding every weight (ours: the ``Transformer``; a Hugging Face model: its causal LM)."""
+        raise NotImplementedError
+
+    def architecture(self) -> dict[str, Any]:
+        """What decides the forward pass besides the weights: the model's configuration as a dict, without its
+        name, paths and training-only fields. Two models of one architecture give equal dicts."""
+        raise NotImplementedError
+
+    def copy(self, name: str) -> HookedModel:
+        """The same model called ``name``, with its own copy of every weight (and its own seam): changing the
+        copy's weights leaves this model as it is."""
+        raise NotImplementedError
+
     def check_length(self, length: int) -> None:
         """Raise when ``length`` tokens exceed the model's positions."""
         if self.max_positions is not None and length > self.max_positions:

@@ -16,6 +16,7 @@ keyword argument of a forward call down to the attention calls. There is no modu
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -116,6 +117,10 @@ def _hf_windows(config) -> list[int | None]:
     if window and getattr(config, "use_sliding_window", True):
         return [window] * n
     return [None] * n
+
+
+# config.json keys that name or describe a model's files rather than its forward pass
+NOT_ARCHITECTURE = ("_name_or_path", "name_or_path", "transformers_version", "torch_dtype", "dtype", "_commit_hash")
 
 
 class HFModel(HookedModel):
@@ -222,6 +227,19 @@ class HFModel(HookedModel):
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.hf.parameters()
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.hf
+
+    def architecture(self) -> dict[str, Any]:
+        return {k: v for k, v in self.hf.config.to_dict().items() if k not in NOT_ARCHITECTURE}
+
+    def copy(self, name: str) -> HFModel:
+        twin = copy.copy(self)  # the tokenizer, files and stop tokens are shared: they are read only
+        twin.hf, twin.name, twin._seam = copy.deepcopy(self.hf), name, Seam()
+        twin._decoder_layers = twin._find_layers()
+        return twin
 
     def _prefill(self, ids: Tensor) -> dict[str, Any]:
         from transformers import DynamicCache

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -14,6 +17,8 @@ from headprobe.model.kv_cache import KVCache
 from headprobe.model.seam import AttentionHook, Seam
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
 from headprobe.model.transformer import Transformer
+
+TRAINING_ONLY = ("name", "max_seq_len", "init_std")  # config fields that do not change a forward pass
 
 
 class HeadprobeModel(HookedModel):
@@ -58,6 +63,19 @@ class HeadprobeModel(HookedModel):
 
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters()
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.model
+
+    def architecture(self) -> dict[str, Any]:
+        config = dataclasses.asdict(self.model.cfg)
+        return {k: v for k, v in config.items() if k not in TRAINING_ONLY}
+
+    def copy(self, name: str) -> HeadprobeModel:
+        twin = HeadprobeModel(copy.deepcopy(self.model), self.tokenizer, name, self.folder)
+        twin.stop_tokens, twin.prompt_start = self.stop_tokens, list(self.prompt_start)
+        return twin
 
     def _prefill(self, ids: Tensor) -> KVCache:
         cache = KVCache(self.model.cfg)
