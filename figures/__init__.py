@@ -15,6 +15,7 @@ from figures import (
     attention_entropy,
     effective_rank,
     frozen_cpt,
+    graft,
     loss_vs_retrieval,
     model_layers,
     model_retrieval_heads,
@@ -54,7 +55,7 @@ STUDY_SPECS: tuple[Spec, ...] = tuple(
 """The study's figures and tables: a ``headprobe study`` folder's members, seeds and runs."""
 
 MODEL_SPECS: tuple[Spec, ...] = tuple(
-    m.SPEC for m in (model_retrieval_heads, model_layers, needle_margin, model_ruler, ablation)
+    m.SPEC for m in (model_retrieval_heads, model_layers, needle_margin, model_ruler, ablation, graft)
 )
 """The per-model figures: any model's ``analyze``, ``ruler eval`` and ablation results (models that are not
 runs of a study in the folder), a panel or a colour per model."""

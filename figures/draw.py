@@ -151,6 +151,7 @@ WRITERS = (
     ("`headprobe analyze`", "retrieval, needle_margin, entropy, reordering, erank"),
     ("`headprobe ruler eval`", "ruler_scores, ruler_samples"),
     ("`headprobe ablate`", "ablation"),
+    ("`headprobe graft`", "graft"),
 )
 
 

@@ -330,7 +330,7 @@ def test_short_context_table(results):
     assert row["arc acc"] == "31.2 ± 8.8" and row["arc acc_norm"] == "37.5 ± 8.8"  # 25 and 37.5; +6.25
 
 
-MODEL_FIGURES = {"model_retrieval_heads", "model_layers", "needle_margin", "model_ruler", "ablation"}
+MODEL_FIGURES = {"model_retrieval_heads", "model_layers", "needle_margin", "model_ruler", "ablation", "graft"}
 
 
 def test_a_missing_table_is_skipped_and_said(results, tmp_path):
@@ -759,7 +759,7 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     main([str(results), "--docs", str(tmp_path / "docs"), "--also", str(analyzed), "--also-command", "analyze x"])
     page = (tmp_path / "docs" / "figures.md").read_text()
     titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
-    drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "needle_margin", "ablation"}]
+    drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "needle_margin", "ablation", "graft"}]
     assert titles == [*drawn, "Not drawn"] and "here from analyze x." in page
     assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
     assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
@@ -816,3 +816,29 @@ def test_needle_margin_draws_each_models_top_heads_by_mass_against_length(tmp_pa
     ])  # fmt: skip
     with pytest.raises(MissingInput, match="one length"):
         needle_margin.build(Results(one))
+
+
+def test_graft_shares_each_part_sets_gain_of_the_donors_and_leaves_out_a_gain_too_small_to_share(tmp_path):
+    from figures import graft
+
+    # base -> donor gains: needle_prefix 0.2 -> 0.6 (+0.4); eval_loss 9 -> 8 (-1); needle_accuracy 0 -> 0.02 (too
+    # small to share). mlp brings 0.3 of the needle (share 0.25) and 8.5 of the loss (0.5); attn 0.5 (0.75) and 9.2
+    values = {"none": (0.2, 9.0, 0.0), "mlp": (0.3, 8.5, 0.0), "attn": (0.5, 9.2, 0.01), "all": (0.6, 8.0, 0.02)}
+    _model_table(tmp_path, "b", "graft", [
+        {"model": "b", "base": "b", "donor": "d", "parts": parts, "n_parameters": 1, "metric": metric,
+         "length": length, "value": value[i], "n": 16}
+        for parts, value in values.items()
+        for i, (metric, length) in enumerate([("needle_prefix", 1024), ("eval_loss", 0), ("needle_accuracy", 1024)])
+    ])  # fmt: skip
+    table = graft.shares(Results(tmp_path).models("graft")).set_index(["metric", "parts"])["share"]
+    assert table["needle_prefix", "mlp"] == pytest.approx(0.25) and table["needle_prefix", "attn"] == pytest.approx(
+        0.75
+    )
+    assert table["eval_loss", "mlp"] == pytest.approx(0.5) and table["eval_loss", "attn"] == pytest.approx(-0.2)
+    assert "needle_accuracy" not in table.index.get_level_values(0)
+    fig = graft.build(Results(tmp_path))
+    assert len(fig.axes) == 2 and "at 1,024 tokens: 1 base → donor pair" in fig.axes[0].get_title(loc="left")
+    (dots,) = [c for c in fig.axes[1].collections if c.get_label() == "b → d"]
+    assert sorted(dots.get_offsets()[:, 1]) == pytest.approx([-0.2, 0.5])  # the held-out loss panel
+    assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["mlp", "attn"]
+    plt.close(fig)
