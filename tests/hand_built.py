@@ -1,18 +1,23 @@
-"""Hand-built models and prompts whose scores are known exactly, worked out by hand in the tests that use
-them (the teacher-forced retrieval scores, the needle margin).
+"""The models the teacher-forced tests share (the forced retrieval scores, the needle margin): hand-built ones
+whose scores are known exactly, worked out by hand in the tests, and a small random one they compare to dense
+float64 references.
 
 * :class:`InductionModel` two layers (full, then sliding of window 6), an induction head and a uniform head each.
 * :func:`hand_prompt` an 11-byte needle prompt whose answer is forced behind its final space.
+* :data:`GQA_SLIDING` / :func:`gqa_sliding_model` a tiny random model whose sliding layers (window 128) have 4
+  query heads on 2 kv heads: at depth 100 of a 300-byte prompt the window holds part of the needle.
 """
 
 from __future__ import annotations
 
 import torch
 
-from headprobe.hooked import HookedModel
-from headprobe.model.config import LayerInfo, LayerType
+from headprobe.hooked import HeadprobeModel, HookedModel
+from headprobe.model.config import AttentionConfig, LayerInfo, LayerType
 from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer
+from headprobe.model.transformer import Transformer
+from headprobe.testing import tiny_config
 from headprobe.text.needles import Needle, NeedlePrompt
 
 
@@ -44,3 +49,15 @@ def hand_prompt() -> NeedlePrompt:
     text = "pq 4729.rs "
     needle = Needle("pq ", "4729", ".", "the code?")
     return NeedlePrompt(list(text.encode()), 3, 7, needle, 50.0, "hand", text)
+
+
+GQA_SLIDING = tiny_config(
+    vocab_size=264,
+    swa=AttentionConfig(n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=128),
+)
+
+
+def gqa_sliding_model() -> HeadprobeModel:
+    """:data:`GQA_SLIDING` with the weights of seed 0."""
+    torch.manual_seed(0)
+    return HeadprobeModel(Transformer(GQA_SLIDING), ByteTokenizer(), "tiny")

@@ -9,30 +9,22 @@ import math
 import pandas as pd
 import pytest
 import torch
-from hand_built import InductionModel, hand_prompt
+from hand_built import GQA_SLIDING, InductionModel, gqa_sliding_model, hand_prompt
 from reference import dense_probs
 
 from headprobe.hooked import HeadprobeModel
 from headprobe.metrics import retrieval_scores
 from headprobe.metrics.retrieval import forced_answer, forced_rows, forced_scores, head_scores
 from headprobe.metrics.summaries import retrieval_rows
-from headprobe.model.config import AttentionConfig
 from headprobe.model.tokenizer import ByteTokenizer
-from headprobe.model.transformer import Transformer
-from headprobe.testing import tiny_config
 from headprobe.text.needles import CODE_NEEDLES, NEEDLES, NeedlePrompt, needle_prompt
 
-# sliding layers with a window of 128: at depth 100 the needle lies inside it, so they see part of the span
-CONFIG = tiny_config(
-    vocab_size=264,
-    swa=AttentionConfig(n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=128),
-)
+CONFIG = GQA_SLIDING
 
 
 @pytest.fixture(scope="module")
 def tiny() -> HeadprobeModel:
-    torch.manual_seed(0)
-    return HeadprobeModel(Transformer(CONFIG), ByteTokenizer(), "tiny")
+    return gqa_sliding_model()
 
 
 def dense_forced(model: HeadprobeModel, prompt: NeedlePrompt, reach: int = 0) -> tuple[dict, dict, dict]:

@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 import torch
-from hand_built import InductionModel, hand_prompt
+from hand_built import GQA_SLIDING, InductionModel, gqa_sliding_model, hand_prompt
 from reference import visible
 from typer.testing import CliRunner
 
@@ -18,25 +18,18 @@ from headprobe.cli import app
 from headprobe.hooked import HeadprobeModel
 from headprobe.metrics.margin import margin_rows, margin_sample, margin_summary
 from headprobe.model.checkpoint import save_checkpoint
-from headprobe.model.config import AttentionConfig
-from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.results import read_table
 from headprobe.show import show_tables
 from headprobe.testing import tiny_config
 from headprobe.text.needles import CODE_NEEDLES, needle_prompt
 
-# sliding layers of window 128 with 4 query heads on 2 kv heads: at depth 100 the window holds part of the needle
-CONFIG = tiny_config(
-    vocab_size=264,
-    swa=AttentionConfig(n_heads=4, qk_head_dim=8, v_head_dim=8, n_kv_heads=2, rope_dim=8, window=128),
-)
+CONFIG = GQA_SLIDING
 
 
 @pytest.fixture(scope="module")
 def tiny() -> HeadprobeModel:
-    torch.manual_seed(0)
-    return HeadprobeModel(Transformer(CONFIG), ByteTokenizer(), "tiny")
+    return gqa_sliding_model()
 
 
 def mean(xs: list[float]) -> float:
