@@ -52,9 +52,22 @@ def build(results: Results) -> Figure:
     margin.axhline(0, color="0.5", linewidth=0.6)
     margin.set_ylabel("needle logit − best other (nats)")
     margin.set_title("margin: above 0 the needle's key wins")
-    handles = [Line2D([], [], color=colors[m], label=m) for m in names]
-    handles += [Line2D([], [], color="0.3", linestyle=d, label=f"head {i + 1} by mass") for i, d in enumerate(DASHES)
-                if (heads.place == i).any()]  # fmt: skip
+    if len(names) == 1:  # one model: each line named by its head
+        firsts = heads.drop_duplicates("place").sort_values("place")
+        handles = [
+            Line2D(
+                [],
+                [],
+                color=colors[names[0]],
+                linestyle=DASHES[int(r.place)],
+                label=f"L{int(r.layer)}H{int(r['head'])}",
+            )
+            for _, r in firsts.iterrows()
+        ]
+    else:
+        handles = [Line2D([], [], color=colors[m], label=m) for m in names]
+        handles += [Line2D([], [], color="0.3", linestyle=d, label=f"head {i + 1} by mass")
+                    for i, d in enumerate(DASHES) if (heads.place == i).any()]  # fmt: skip
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False)
     return fig
 
