@@ -22,7 +22,7 @@ from headprobe.results import ResultsError, ResultsWarning, TableMeta, collect, 
 from headprobe.study.tables import diverged_runs, without_runs
 
 WHO = ["member", "seed", "run"]
-MODEL_TABLES = (
+MODEL_TABLES = (  # the per-model figures' tables
     "retrieval",
     "entropy",
     "erank",
@@ -30,7 +30,8 @@ MODEL_TABLES = (
     "ruler_scores",
     "ruler_samples",
     "ablation",
-)  # per-model
+    "graft",
+)
 
 
 class MissingInput(HeadprobeError, LookupError):
