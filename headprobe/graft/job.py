@@ -34,7 +34,7 @@ from headprobe.jobs.parts import Parts, check_parts
 from headprobe.jobs.provenance import table_meta, write_results
 from headprobe.jobs.record import RunReport
 from headprobe.results import Column, Schema
-from headprobe.text.needles import NeedlePrompt
+from headprobe.text.needles import NeedleError, NeedlePrompt
 
 GRAFT = Schema(
     "graft",
@@ -108,7 +108,10 @@ class GraftJob(Job[GraftSettings]):
             sets.append(p)
         analyze = AnalyzeSettings(lengths=s.lengths, samples=s.samples, seed=s.seed, needles=s.needles,
                                   prompt_format=s.prompt_format, needle_reach=s.needle_reach)  # fmt: skip
-        prompts = {n: needle_prompts(base, n, analyze) for n in s.lengths}
+        try:
+            prompts = {n: needle_prompts(base, n, analyze) for n in s.lengths}
+        except NeedleError as err:  # too short for the needle and its question
+            raise GraftError(f"{name}: {err}; use longer `lengths`") from None
         for made in prompts.values():
             for p in made:
                 base.check_length(p.length + s.max_new_tokens)
