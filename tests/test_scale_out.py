@@ -1,4 +1,4 @@
-"""``torchrun --nproc_per_node=2 -m headprobe analyze|ruler eval|ablate|shortctx eval``: two gloo processes on
+"""``torchrun --nproc_per_node=2 -m headprobe analyze|ruler eval|ablate|shortctx eval|graft``: two gloo processes on
 the CPU split the work items and write exactly the tables one process writes."""
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ def tables(folder: Path) -> dict[str, pd.DataFrame]:
     }
 
 
-def same_tables(one: Path, two: Path) -> None:
+def same_tables(one: Path, two: Path, at_least: int = 2) -> None:
     a, b = tables(one), tables(two)
-    assert a.keys() == b.keys() and len(a) >= 2, (sorted(a), sorted(b))
+    assert a.keys() == b.keys() and len(a) >= at_least, (sorted(a), sorted(b))
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True, obj=name)
         assert a[name].to_csv().encode() == b[name].to_csv().encode(), name  # byte for byte, as text
@@ -63,11 +63,12 @@ def split(log: Path) -> dict[str, set[str]]:
     return by
 
 
-def two_and_one(args: list[str], tmp_path: Path) -> dict[str, set[str]]:
-    """``args`` run by one process and by two: the same tables; the two processes' items, each done once."""
+def two_and_one(args: list[str], tmp_path: Path, tables_at_least: int = 2) -> dict[str, set[str]]:
+    """``args`` run by one process and by two: the same tables (at least ``tables_at_least`` of them); the two
+    processes' items, each done once."""
     run([*args, "--out", str(tmp_path / "one")], False, tmp_path / "one.log")
     run([*args, "--out", str(tmp_path / "two")], True, tmp_path / "two.log")
-    same_tables(tmp_path / "one", tmp_path / "two")
+    same_tables(tmp_path / "one", tmp_path / "two", tables_at_least)
     by = split(tmp_path / "two.log")
     assert set(by) == {"0", "1"} and not by["0"] & by["1"]  # both worked, no item twice
     assert by["0"] | by["1"] == split(tmp_path / "one.log")["0"]  # together: every item one process does
@@ -111,3 +112,29 @@ def test_items_are_dealt_round_robin_and_the_others_share_is_counted():
     assert r.others([5, 6, 7, 8]) == 5 + 7 + 8  # items 0, 2, 3 belong to processes 0, 2, 0
     assert Ranks().others([5, 6]) == 0 and all(Ranks().mine(i) for i in range(3))
     assert r.others([5, 6, 7, 8], deal=1) == 6 + 7  # dealt from 1: items 0-3 to processes 1, 2, 0, 1
+
+
+def test_graft_on_two_processes_writes_what_one_writes(checkpoints, tmp_path):
+    by = two_and_one(
+        [
+            "graft",
+            str(checkpoints[0]),
+            str(checkpoints[1]),
+            "--parts",
+            "mlp",
+            "--parts",
+            "attn:0",
+            "--lengths",
+            "256",
+            "--samples",
+            "2",
+            "--needles",
+            "codes",
+            "--max-new-tokens",
+            "8",
+            "--no-progress",
+        ],
+        tmp_path,
+        tables_at_least=1,
+    )  # fmt: skip (one base: one table)
+    assert by["0"] | by["1"] == {f"m0 graft {p}" for p in ("none", "mlp", "attn:0", "all")}
