@@ -21,6 +21,7 @@ from headprobe.cli import app
 from headprobe.core.settings import Range, check_ranges
 from headprobe.evals.ruler.settings import RulerSettings
 from headprobe.evals.shortctx.settings import ShortCtxSettings
+from headprobe.graft.settings import GraftSettings
 from headprobe.study.settings import StudySettings
 from headprobe.testing import tiny_checkpoint
 from headprobe.text.tasks import TaskSettings
@@ -127,7 +128,8 @@ def test_the_library_applies_the_same_rule(tmp_path):
 
 # every number of every settings dataclass that drives a command declares its range; a seed may be any integer
 # (Python's and torch's generators take negative seeds; training's data order, numpy's, does not: it declares one)
-SETTINGS = [TrainConfig, AnalyzeSettings, RulerSettings, AblateSettings, StudySettings, ShortCtxSettings, TaskSettings]
+SETTINGS = [TrainConfig, AnalyzeSettings, RulerSettings, AblateSettings, GraftSettings, StudySettings, ShortCtxSettings,
+            TaskSettings]  # fmt: skip
 FREE = {"seed", "seeds"}
 
 
@@ -157,6 +159,7 @@ CHECKED_BY = {
     "ruler eval": RulerSettings,
     "ruler generate": RulerSettings,
     "ablate": AblateSettings,
+    "graft": GraftSettings,
     "shortctx eval": ShortCtxSettings,
     "data synth": TaskSettings,
 }

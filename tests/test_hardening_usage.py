@@ -44,6 +44,7 @@ def test_every_command_takes_the_same_prompt_formats(settings, value, tmp_path):
 COMMANDS = {
     "analyze": ["analyze", "{model}", "--metrics", "retrieval", "--lengths", "256"],
     "ablate": ["ablate", "{model}", "--heads", "0.0", "--lengths", "256"],
+    "graft": ["graft", "{model}", "{model}", "--parts", "mlp", "--lengths", "256"],
     "ruler eval": ["ruler", "eval", "{model}", "--lengths", "512"],
     "explore": ["explore", "{model}", "--needle", "--length", "256", "--export", "{out}"],
 }
