@@ -5,35 +5,23 @@ the context length."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from figures import models, plot, style
 from figures.data import MissingInput, Results
 from figures.spec import Spec
+from headprobe.margin_table import top_heads
 
 TOP = 3  # heads per model
 DASHES = ("-", "--", ":")  # the first, second and third head of a model
-
-
-def top_heads(frame: pd.DataFrame, top: int = TOP) -> pd.DataFrame:
-    """Per model and length, the ``top`` heads by mass on the needle (mean over lengths, then over samples):
-    ``model, layer, head, layer_type, length, mass, margin, rank, seen`` and ``place`` (0 = the most mass)."""
-    keys = ["model", "length", "layer", "head", "layer_type"]
-    heads = frame.groupby(keys)[["margin", "mass", "rank", "seen"]].mean().reset_index()
-    order = heads.groupby(["model", "layer", "head"])["mass"].mean().reset_index()
-    order = order.sort_values(["model", "mass", "layer", "head"], ascending=[True, False, True, True])
-    order["place"] = order.groupby("model").cumcount()
-    chosen = order[order.place < top][["model", "layer", "head", "place"]]
-    return heads.merge(chosen, on=["model", "layer", "head"]).sort_values(["model", "place", "length"])
 
 
 def build(results: Results) -> Figure:
     frame = results.models("needle_margin", ["length", "layer", "head", "sample"])
     if frame["length"].nunique() < 2:
         raise MissingInput("the 'needle_margin' table holds one length: analyse two or more to see the needle thin")
-    heads = top_heads(frame)
+    heads = top_heads(frame, TOP)
     names = models.model_order(heads.model)
     colors = models.model_colors(names)
     fig, (mass, margin) = plt.subplots(1, 2, figsize=(style.FULL_WIDTH, 2.8))

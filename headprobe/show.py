@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from headprobe.metrics.margin import head_means
+from headprobe.margin_table import top_heads
 from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 from headprobe.results import ResultsError, collect, read_tables
 from headprobe.verdict_table import verdict_cells
@@ -149,10 +149,9 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
     if not out:
         raise ResultsError(
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, needle_margin, entropy, "
-            "reordering, erank, ruler_scores, shortctx_scores, ablation and study_verdicts Parquet files below "
-            "it); run "
-            "`headprobe analyze`, `headprobe ruler eval`, `headprobe shortctx eval`, `headprobe ablate` or "
-            "`headprobe study` first"
+            "reordering, erank, ruler_scores, shortctx_scores, ablation, graft and study_verdicts Parquet files below "
+            "it); run `headprobe analyze`, `headprobe ruler eval`, `headprobe shortctx eval`, `headprobe ablate`, "
+            "`headprobe graft` or `headprobe study` first"
         )
     return out
 
@@ -177,16 +176,14 @@ def _collect(folder: Path, table: str, diverged: set[str]) -> pd.DataFrame:
 def margin_table(frame: pd.DataFrame, top: int) -> ShownTable:
     """Per checkpoint, its ``top`` heads by mass on the needle (mean over lengths and samples), with the mass and
     the margin at each length (columns ``mass@L`` and ``margin@L``, shortest first)."""
-    heads = head_means(frame)
-    best = heads.groupby(["model", "layer", "head", "layer_type"])["mass"].mean().reset_index()
-    best = best.sort_values(["model", "mass"], ascending=[True, False]).groupby("model").head(top)
-    rows = heads.merge(best[["model", "layer", "head"]], on=["model", "layer", "head"])
+    rows = top_heads(frame, top)
     cells = rows.pivot_table(
         index=["model", "layer", "head", "layer_type"], columns="length", values=["mass", "margin"]
     )
+    cells = cells[sorted(cells.columns, key=lambda c: (c[1], c[0] != "mass"))]  # by length, mass first
     cells.columns = [f"{what}@{int(length):,}" for what, length in cells.columns]
-    order = sorted(cells.columns, key=lambda c: (int(c.split("@")[1].replace(",", "")), c.split("@")[0] != "mass"))
-    table = cells[order].reindex(pd.MultiIndex.from_frame(best[["model", "layer", "head", "layer_type"]]))
+    order = rows.drop_duplicates(["model", "place"])[["model", "layer", "head", "layer_type"]]  # most mass first
+    table = cells.reindex(pd.MultiIndex.from_frame(order))
     note = (
         "mass: attention on the needle's keys at the teacher-forced answer steps (0-1); margin: the needle's best "
         "key logit minus the best other key's (nats; above 0 the needle wins); means over the samples. Heads ranked "

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
+from headprobe.margin_table import head_means
 from headprobe.metrics.attention import HEAD_COLUMNS
 from headprobe.metrics.retrieval import Span, call_rows, forced_prompt
 from headprobe.model.masks import CausalMask
@@ -146,13 +147,6 @@ def margin_sample(
         for info in model.layers
         for h in range(info.n_heads)
     )  # fmt: skip
-
-
-def head_means(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per model (when given), length, layer and head: ``margin``, ``mass``, ``rank`` and ``seen`` averaged over
-    the samples (NaNs skipped), with the layer's type."""
-    keys = [c for c in ("model", "length", "layer", "head", "layer_type") if c in frame]
-    return frame.groupby(keys, sort=True)[["margin", "mass", "rank", "seen"]].mean().reset_index()
 
 
 def margin_summary(frame: pd.DataFrame) -> Iterator[tuple[int, str, int | None, str, float]]:
