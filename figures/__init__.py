@@ -25,6 +25,7 @@ from figures import (
     qk_vs_v,
     retrieval_heads,
     retrieval_heads_table,
+    retrieval_steps,
     ruler_by_length,
     ruler_table,
     short_context,
@@ -55,7 +56,7 @@ STUDY_SPECS: tuple[Spec, ...] = tuple(
 """The study's figures and tables: a ``headprobe study`` folder's members, seeds and runs."""
 
 MODEL_SPECS: tuple[Spec, ...] = tuple(
-    m.SPEC for m in (model_retrieval_heads, model_layers, needle_margin, model_ruler, ablation, graft)
+    m.SPEC for m in (model_retrieval_heads, model_layers, needle_margin, retrieval_steps, model_ruler, ablation, graft)
 )
 """The per-model figures: any model's ``analyze``, ``ruler eval`` and ablation results (models that are not
 runs of a study in the folder), a panel or a colour per model."""

@@ -116,14 +116,20 @@ class Results:
                 names |= set(frame["member"].dropna())
         return sorted(names)
 
-    def models(self, table: str, keys: list[str] | None = None) -> pd.DataFrame:
+    def models(self, table: str, keys: list[str] | None = None, steps: bool = False) -> pd.DataFrame:
         """:meth:`raw` rows of models that are not runs of a study in this folder (``study_runs`` names
         those; the study's figures draw them), one row per ``model`` x ``keys`` (the last one read where
-        folders repeat the results of one checkpoint made alike). Raises :class:`MissingInput` when none is
-        left, saying why."""
+        folders repeat the results of one checkpoint made alike). Rows measured on a run's step checkpoints
+        (a ``step`` column: ``analyze RUN --steps``) are the ``retrieval_steps`` figure's: kept only with
+        ``steps``. Raises :class:`MissingInput` when none is left, saying why."""
         frame = self.raw(table)
         if frame.empty:
             raise MissingInput(f"no {table!r} table under {self.folder}")
+        if not steps and "step" in frame.columns:
+            frame = frame[frame["step"].isna()]
+            if frame.empty:
+                raise MissingInput(f"every {table!r} table here is of a step checkpoint, which the "
+                                   "'retrieval_steps' figure draws")  # fmt: skip
         runs = self.runs()
         if "model" in runs.columns:
             frame = frame[~frame["model"].isin(set(runs["model"]))]

@@ -62,8 +62,8 @@ _KINDS = {
 
 @dataclass(frozen=True)
 class Schema:
-    """The columns a table must have, in the order they are written (a ``model`` column first, extra
-    columns after)."""
+    """The columns a table must have, in the order they are written (a ``model`` column first, then a step
+    checkpoint's ``step`` and ``tokens``, extra columns after)."""
 
     table: str
     columns: tuple[Column, ...]
@@ -86,7 +86,8 @@ class Schema:
             ]
             if wrong:
                 raise ResultsError(f"table {self.table!r} has mistyped columns: {', '.join(wrong)}")
-        lead = [c for c in ("model",) if c in frame.columns and c not in self.names]  # who the rows describe
+        # who the rows describe, and where in its training (a step checkpoint's tables)
+        lead = [c for c in ("model", "step", "tokens") if c in frame.columns and c not in self.names]
         extra = [c for c in frame.columns if c not in self.names and c not in lead]
         return frame[lead + self.names + extra]
 

@@ -18,13 +18,14 @@ from cli_checks import invoke, one_error
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from headprobe.core.steps import list_steps
 from headprobe.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
 from headprobe.testing import build_toy_bpe, tiny_config
 from trainer.config import Stage, TrainConfig, TrainError
 from trainer.train import train
-from trainer.train_state import export_step, list_steps
+from trainer.train_state import export_step
 
 
 def sha(file: Path) -> str:

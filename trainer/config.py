@@ -16,7 +16,7 @@ from typing import Any
 
 from headprobe.core.choice import Choice
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import check_ranges, setting
+from headprobe.core.settings import ALL, check_ranges, parse_count, setting
 from headprobe.model.config import Backend, LayerType
 
 
@@ -120,7 +120,13 @@ class TrainConfig:
     save_every: int = setting(
         0, help="steps between step checkpoints (0 = only when interrupted and at the end)", minimum=0
     )
-    keep: int = setting(2, help="step checkpoints to keep", minimum=0)
+    keep: int = setting(
+        2,
+        help="step checkpoints to keep: the newest N, or all (every one: a run whose steps headprobe analyze --steps "
+        "measures)",
+        form="count",
+        minimum=0,
+    )
     resume: bool = setting(False, help="continue from the newest step checkpoint in out")
     parallel: Parallel = setting(Parallel.AUTO, help="auto, none, ddp or fsdp")
     compile: bool = setting(False, help="torch.compile each block")
@@ -136,6 +142,14 @@ class TrainConfig:
     wandb: bool = setting(False, help="also log to Weights & Biases (when installed)")
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # a count given as text ("all", "3": the command line, a recipe)
+            if f.metadata.get("form") == "count":
+                value = parse_count(getattr(self, f.name))
+                if value is None:
+                    raise TrainError(
+                        f"`{f.name}`: give a whole number, or {ALL} (every one), got {getattr(self, f.name)!r}"
+                    )
+                setattr(self, f.name, value)
         check_ranges(self, TrainError)  # from the command line or a recipe: refused before any work
         for f in dataclasses.fields(self):  # text values (from JSON recipes) become their enums
             kind = _ENUM_FIELDS.get(f.name)

@@ -68,7 +68,7 @@ class TrainerPlugin:
         ``None`` (torch is imported only when ``out`` holds a step folder)."""
         if not any(Path(out).glob("step_*")):
             return None
-        from trainer.train_state import list_steps
+        from headprobe.core.steps import list_steps
 
         steps = list_steps(Path(out))
         return steps[-1][1] if steps else None

@@ -28,6 +28,7 @@ import torch
 
 from headprobe.core.atomic import atomic_write_text, folder_lock, missing_folders, remove_if_empty
 from headprobe.core.outputs import RUN, claim
+from headprobe.core.steps import list_steps
 from headprobe.model.answers import answer_loss, exact_share
 from headprobe.model.budget import budget
 from headprobe.model.checkpoint import save_checkpoint
@@ -47,7 +48,6 @@ from trainer.logbook import MetricsLog
 from trainer.mfu import mfu, peak_flops
 from trainer.optim import Schedule, build_optimizer
 from trainer.setup import apply_freeze, data_source, model_and_tokenizer, tokenizer_sha256, tokenizer_spec
-from trainer.train_state import list_steps
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class Trainer:
         if not (self.cfg.resume and existing):
             return 0, 0
         folder = existing[-1][1]
-        saved = train_state.read_state(folder)  # checked before any weights load: nothing is changed if refused
+        saved = train_state.read_step(folder)  # checked before any weights load: nothing is changed if refused
         differs = train_state.model_differences(saved.get("model_config"), self.model_cfg)
         if differs:
             same = {Stage.PT: "`preset`/`config`", Stage.CPT: "`init`, `seq_len` and `rope_theta_full`"}.get(

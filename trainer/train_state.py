@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -36,23 +34,10 @@ from torch.distributed.checkpoint.state_dict import (
 
 from headprobe.core.atomic import atomic_write_text
 from headprobe.core.outputs import STEP_FILE
-from headprobe.core.paths import file_sha256
+from headprobe.core.steps import list_steps, read_step, step_folder
 from headprobe.model.config import ModelConfig
+from headprobe.model.tokenizer import ByteTokenizer
 from trainer.distributed import World, barrier
-
-STEP_RE = re.compile(r"^step_(\d{6,})$")
-
-
-def step_dir(out: Path, step: int) -> Path:
-    return out / f"step_{step:06d}"
-
-
-def list_steps(out: Path) -> list[tuple[int, Path]]:
-    """Complete step folders in ``out``, oldest first."""
-    if not out.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in out.iterdir() if p.is_dir() and (m := STEP_RE.match(p.name))]
-    return sorted(found)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -80,7 +65,7 @@ def save_step(
     keep: int,
 ) -> Path:
     """Write ``OUT/step_XXXXXX`` collectively and keep only the newest ``keep`` step folders."""
-    final = step_dir(out, step)
+    final = step_folder(out, step)
     tmp = out / f".{final.name}.tmp"
     if world.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -110,10 +95,6 @@ def save_step(
             shutil.rmtree(old, ignore_errors=True)
     barrier(world)
     return final
-
-
-def read_state(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / STEP_FILE).read_text())
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -167,7 +148,7 @@ def saved_training(run: Path) -> dict[str, Any] | None:
     steps = list_steps(run)
     try:
         if steps:
-            return read_state(steps[-1][1]).get("train_config")
+            return read_step(steps[-1][1]).get("train_config")
         if (run / CONFIG_FILE).is_file():
             return json.loads((run / CONFIG_FILE).read_text())
     except (OSError, ValueError):
@@ -181,7 +162,7 @@ def _shown(value: Any) -> str:
 
 def load_step(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, world: World) -> dict[str, Any]:
     """Restore model, optimizer and (when the process count matches) RNG states; returns state.json."""
-    state = read_state(folder)
+    state = read_step(folder)
     sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to")
@@ -198,35 +179,13 @@ def export_step(folder: str | Path, out: str | Path, overwrite: bool = False) ->
     """Turn a step folder into a plain checkpoint ``out`` (no process group needed). ``out`` must not be or
     hold the step folder, and an existing checkpoint there is replaced only with ``overwrite``
     (:func:`headprobe.core.outputs.claim`); the step folder is only read."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from headprobe.core.atomic import make_parent
     from headprobe.core.outputs import CHECKPOINT, claim
-    from headprobe.model.checkpoint import CheckpointError, save_checkpoint
-    from headprobe.model.tokenizer import HFTokenizer
-    from headprobe.model.transformer import Transformer
-    from headprobe.text.toy_tokenizer import open_tokenizer
+    from headprobe.model.checkpoint import save_checkpoint
+    from headprobe.model.step_checkpoint import load_step_weights
+    from headprobe.text.toy_tokenizer import step_tokenizer
 
     folder, out = Path(folder), Path(out)
     claim(out, CHECKPOINT, inputs=[folder], overwrite=overwrite)
-    state = read_state(folder)
-    cfg = ModelConfig.from_dict(state["model_config"])
-    tok = state.get("tokenizer", "byte")
-    tokenizer = None if tok == "byte" else open_tokenizer(tok)
-    want = state.get("tokenizer_sha256")
-    if want and isinstance(tokenizer, HFTokenizer):
-        have = file_sha256(tokenizer.path)
-        if have != want:
-            raise CheckpointError(
-                f"{tokenizer.path} is not the tokenizer {folder} was trained with (SHA-256 {want[:12]} then, "
-                f"{have[:12]} now); the exported checkpoint would carry the wrong one. Restore that tokenizer.json "
-                "at that path, then export again"
-            )
-    make_parent(out)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.export-", dir=out.parent) as scratch:
-        tmp = Path(scratch) / "weights.pt"  # beside the output, never inside the step folder it reads
-        dcp_to_torch_save(str(folder / "dcp"), str(tmp))
-        weights = torch.load(tmp, weights_only=False)["model"]
-    model = Transformer(cfg)
-    model.load_state_dict(weights)
-    return save_checkpoint(model, out, tokenizer)
+    tokenizer = step_tokenizer(folder)  # checked before the weights are read: the export would carry the wrong one
+    model = load_step_weights(folder)
+    return save_checkpoint(model, out, None if isinstance(tokenizer, ByteTokenizer) else tokenizer)

@@ -18,6 +18,7 @@ from headprobe.cli.common import (
     with_settings,
 )
 from headprobe.core.settings import MODELS_HELP
+from headprobe.core.steps import STEPS_HELP, select_steps
 
 
 def analyze(
@@ -26,6 +27,13 @@ def analyze(
     out: Annotated[Path, typer.Option(help="results folder")] = Path("results/analyze"),
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cpu",
     memory_limit: MemoryLimit = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            help=f"each model is a training run folder: analyse its step checkpoints, {STEPS_HELP}; every table "
+            "gains step and tokens columns"
+        ),
+    ] = None,
     progress: bool = True,
     **options: Any,
 ) -> None:
@@ -35,6 +43,8 @@ def analyze(
     from headprobe.cli.progress import progress_bar
     from headprobe.metrics import METRICS
 
+    if steps is not None:  # each run's chosen step folders, refused before any work when it holds none of them
+        checkpoints = [folder for run_folder in checkpoints for folder in select_steps(run_folder, steps)]
     check_run(ctx, out, device)
     settings = settings_from(AnalyzeSettings, options)  # a malformed list: one line naming its flag (_Context)
     with resumable(out, ctx), progress_bar("analyze", ctx, enabled=progress) as bar:

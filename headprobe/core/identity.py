@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.paths import file_sha256
+from headprobe.core.steps import WEIGHTS_DIR, is_step_folder
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")  # the files a checkpoint folder's weights are in
-# the files beside the weights that decide a model's numbers too: its shape, RoPE and window (config.json), its
-# tokens, chat template and end ids (the tokenizer's and generation files)
+# the files beside the weights that decide a model's numbers too: its shape, RoPE and window (config.json; a
+# training step folder's state.json), its tokens, chat template and end ids (the tokenizer's and generation files)
 CONFIG_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "added_tokens.json", "chat_template.jinja", "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt",
+    "config.json", "state.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json", "tokenizer.model",
+    "vocab.json", "merges.txt",
 )  # fmt: skip
 
 
@@ -25,7 +27,8 @@ def checkpoint_identity(checkpoint: str | Path) -> dict[str, Any]:
     """What tells a checkpoint from every other, read without reading a weight (recorded with its results,
     :attr:`headprobe.results.TableMeta.identity`): ``path``, the checkpoint resolved; ``weights``, a
     fingerprint of its weight files (a GGUF file itself, or a folder's ``*.safetensors``, ``*.bin``,
-    ``*.pt``, ``*.pth``, ``*.gguf``: each one's name, size in bytes and modification time in ns, hashed), so
+    ``*.pt``, ``*.pth``, ``*.gguf``, a training step folder's ``dcp/`` shards: each one's name, size in bytes
+    and modification time in ns, hashed), so
     that a checkpoint retrained or replaced at one path is another; ``config``, a folder's
     :data:`CONFIG_FILES` by name with a fingerprint of each one's content (SHA-256), so that one whose config
     or tokenizer was edited is another too (a GGUF file holds them in itself; tables written before headprobe
@@ -36,6 +39,8 @@ def checkpoint_identity(checkpoint: str | Path) -> dict[str, Any]:
         files, configs = [path], []
     elif path.is_dir():
         files = sorted(f for f in path.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+        if is_step_folder(path):  # a training step folder: its weights are the shards in dcp/
+            files += sorted(f for f in (path / WEIGHTS_DIR).iterdir() if f.is_file())
         configs = [path / name for name in CONFIG_FILES if (path / name).is_file()]
     else:
         return {}

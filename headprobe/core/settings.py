@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal
 
-Form = Literal["names", "numbers", "lengths", "paths", "texts", "path"]
+Form = Literal["names", "numbers", "lengths", "paths", "texts", "path", "count"]
+ALL = "all"  # a `count` setting's word for "every one", stored as 0
 
 MAX_TOKENS = 2**24  # the longest input any command takes (16,384K tokens: 64 times the study's 256K)
 
@@ -88,8 +89,9 @@ def setting(
     the option is not named after the field (``--haystack-file`` for ``haystack_files``); ``form``, how a list is
     written on the command line: ``names`` (a comma list), ``numbers`` (a comma list of the field's numbers,
     ``0,1,2``), ``lengths`` (token counts, ``4096,16k``), ``paths`` (the option given once per file) or
-    ``texts`` (the option given once per item, an item may hold commas: ``--heads 17.3,18.7``), and ``path``
-    for a text setting that names one file or folder (taken as a path, stored as its text); for a number (or
+    ``texts`` (the option given once per item, an item may hold commas: ``--heads 17.3,18.7``), ``path``
+    for a text setting that names one file or folder (taken as a path, stored as its text), and ``count`` for
+    a whole number whose 0 means every one, given as a number or as :data:`ALL` (``--keep all``); for a number (or
     a list of numbers) its :class:`Range`: ``minimum`` / ``above`` (excluded), ``maximum`` / ``below``
     (excluded)."""
     bounds = Range(minimum, above, maximum, below)
@@ -97,6 +99,17 @@ def setting(
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def parse_count(value: int | str) -> int | None:
+    """A ``count`` setting's value (:data:`Form`): a whole number as it is, :data:`ALL` (any case) as 0, a whole
+    number's text as that number; ``None`` for anything else (the caller refuses it, naming its setting)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text == ALL:
+        return 0
+    return int(text) if text.isdigit() else None
 
 
 def check_ranges(settings: Any, error: Callable[[str], Exception]) -> None:

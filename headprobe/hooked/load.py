@@ -11,6 +11,7 @@ import torch
 
 from headprobe.core.errors import HeadprobeError, SettingError
 from headprobe.core.paths import file_sha256, is_gguf
+from headprobe.core.steps import StepError, is_step_folder, read_step
 from headprobe.export.hf import MODEL_TYPE, ORIGIN_KEY, load_exported
 from headprobe.hooked.base import HookedModel
 from headprobe.hooked.errors import ModelLoadError
@@ -25,7 +26,9 @@ from headprobe.model.checkpoint import (
     load_checkpoint,
     model_kind,
 )
+from headprobe.model.step_checkpoint import load_step_weights
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from headprobe.text.toy_tokenizer import step_tokenizer
 
 DTYPES = {
     "float32": torch.float32,
@@ -75,6 +78,13 @@ def check_finite_weights(model: HookedModel, path: str | Path) -> None:
 def _load_model(path: Path, device: str | torch.device, dtype: torch.dtype | None, log: Log | None) -> HookedModel:
     """:func:`load_model`, before its weights are checked."""
     kind = _kind(path)  # the GGUF header is read where the file is converted, not again for each load
+    if kind == "step":  # a training step folder, read from its shards
+        try:
+            tokenizer = step_tokenizer(path)
+            model = load_step_weights(path, device=device, dtype=dtype)
+        except CheckpointError as err:
+            raise ModelLoadError(str(err)) from None
+        return HeadprobeModel(model, tokenizer, model_name(path), folder=path)
     if kind == "gguf":
         folder = gguf_folder(path, log)
         source = json.loads((folder / SOURCE_FILE).read_text())
@@ -100,6 +110,11 @@ def model_tokenizer(path: str | Path) -> ByteTokenizer | HFTokenizer:
     byte or file, as :func:`load_model` would read it: :func:`headprobe.model.checkpoint.checkpoint_tokenizer`; a
     Hugging Face folder's ``tokenizer.json``). A GGUF file's is in its converted folder (:func:`model_files`)."""
     path = Path(path)
+    if is_step_folder(path):
+        try:
+            return step_tokenizer(path)
+        except CheckpointError as err:
+            raise ModelLoadError(str(err)) from None
     if path.is_dir() and (path / CONFIG_FILE).is_file() and _kind(path) == "checkpoint":
         try:
             return checkpoint_tokenizer(path)
@@ -162,8 +177,11 @@ def trained_positions(path: str | Path) -> int | None:
         except (OSError, ModelLoadError):
             return None  # the load that follows says what is wrong with the file
     try:
-        config = json.loads((Path(path) / CONFIG_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
+        if is_step_folder(path):  # its config is in state.json
+            config = read_step(path).get("model_config")
+        else:
+            config = json.loads((Path(path) / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError, StepError):
         return None
     if not isinstance(config, dict):
         return None

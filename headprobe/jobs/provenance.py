@@ -19,6 +19,7 @@ import torch
 from headprobe.core.identity import changed_since, checkpoint_identity, identity_changes
 from headprobe.core.paths import file_sha256
 from headprobe.core.resume import resume_key
+from headprobe.core.steps import StepInfo
 from headprobe.hooked.gguf import SOURCE_FILE
 from headprobe.results import Schema, Table, TableMeta, same_path, write_table
 
@@ -62,10 +63,15 @@ def write_results(
     """Write each ``(schema, frame)`` as ``folder/<table>.parquet`` with this run's metadata (``facts``: what
     the model declared, :meth:`headprobe.hooked.HookedModel.facts`), and with a ``model`` column (``model``
     where the frame has none): every table of a results folder names the model its rows describe (the
-    contract of :func:`headprobe.results.collect`), however the frame was made."""
+    contract of :func:`headprobe.results.collect`), however the frame was made. A checkpoint that is a training
+    step folder (:mod:`headprobe.core.steps`) gives every table ``step`` and ``tokens`` columns too: where in
+    its training the model was (``analyze RUN --steps``)."""
+    step = StepInfo.of(checkpoint)
     for schema, frame in tables:
         if "model" not in frame.columns:  # e.g. a table combined from per-sample parts (retrieval's)
             frame = frame.assign(model=model)
+        if step is not None:
+            frame = frame.assign(step=step.step, tokens=pd.array([step.tokens] * len(frame), dtype="Int64"))
         meta = table_meta(schema.table, model, checkpoint, settings, model_facts=facts or {})
         write_table(folder / f"{schema.table}.parquet", frame, meta, schema)
 

@@ -25,6 +25,7 @@ from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
 from headprobe.core.outputs import CONFIG_FILE, WEIGHTS_FILE
 from headprobe.core.paths import GGUF_SUFFIX, file_sha256, is_gguf, not_a
+from headprobe.core.steps import is_step_folder
 from headprobe.model.config import ConfigError, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 from headprobe.model.transformer import Transformer
@@ -44,7 +45,7 @@ class CheckpointError(HeadprobeError, RuntimeError):
     """A checkpoint folder is missing, incomplete, corrupted or does not match its config."""
 
 
-ModelKind = Literal["gguf", "huggingface", "checkpoint"]
+ModelKind = Literal["gguf", "huggingface", "checkpoint", "step"]
 MODEL_PATHS = "a model folder (config.json and its weights) or a .gguf file"
 
 
@@ -52,7 +53,8 @@ def model_kind(path: str | Path) -> ModelKind:
     """What the model path ``path`` is, from its name and its ``config.json`` alone (nothing is loaded):
     ``gguf``, a GGUF file (:func:`headprobe.core.paths.is_gguf`; its header is checked where it is read);
     ``huggingface``, a folder whose ``config.json`` names a ``model_type`` (a Hugging Face model, or ours
-    exported by ``headprobe export hf``); ``checkpoint``, any other folder with a ``config.json`` (ours).
+    exported by ``headprobe export hf``); ``checkpoint``, any other folder with a ``config.json`` (ours);
+    ``step``, a training run's step folder (``state.json`` beside ``dcp/``, :mod:`headprobe.core.steps`).
     The one rule every command's model paths follow; raises :class:`CheckpointError` saying what ``path`` is
     when it is none of them (missing, a file of another kind, a folder named ``.gguf``, no or a broken
     ``config.json``)."""
@@ -63,6 +65,8 @@ def model_kind(path: str | Path) -> ModelKind:
         return "gguf"
     if why := not_a(path, "folder"):
         raise CheckpointError(f"{path} {why}; give {MODEL_PATHS}")
+    if is_step_folder(path):
+        return "step"
     config = path / CONFIG_FILE
     if not config.is_file():
         if path.suffix.lower() == GGUF_SUFFIX:

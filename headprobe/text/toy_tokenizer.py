@@ -83,3 +83,34 @@ def open_tokenizer(spec: str | Path) -> ByteTokenizer | HFTokenizer:
     tok = HFTokenizer(toy_tokenizer_path())
     tok.name = TOY  # what configs and data manifests record: rebuilt the same anywhere
     return tok
+
+
+def step_tokenizer(folder: str | Path) -> ByteTokenizer | HFTokenizer:
+    """The tokenizer a training step folder (:mod:`headprobe.core.steps`) recorded in its ``state.json``: the
+    byte tokenizer, the toy BPE, or a ``tokenizer.json`` checked against the SHA-256 recorded when it trained.
+    Raises :class:`~headprobe.model.checkpoint.CheckpointError` naming the file and the fix when it went
+    missing or changed."""
+    from headprobe.core.errors import HeadprobeError
+    from headprobe.core.paths import file_sha256
+    from headprobe.core.steps import read_step
+    from headprobe.model.checkpoint import CheckpointError
+
+    state = read_step(folder)
+    spec = state.get("tokenizer", "byte")
+    try:
+        tokenizer = open_tokenizer(spec)
+    except (OSError, ValueError, HeadprobeError) as err:
+        raise CheckpointError(
+            f"{folder} was trained with the tokenizer {spec}, which cannot be opened ({err}); restore that "
+            "tokenizer.json at that path"
+        ) from None
+    want = state.get("tokenizer_sha256")
+    if want and isinstance(tokenizer, HFTokenizer):
+        have = file_sha256(tokenizer.path)
+        if have != want:
+            raise CheckpointError(
+                f"{tokenizer.path} is not the tokenizer {folder} was trained with (SHA-256 {want[:12]} then, "
+                f"{have[:12]} now), so its text would be read with other ids. Restore that tokenizer.json at that "
+                "path"
+            )
+    return tokenizer
