@@ -162,7 +162,7 @@ class Results:
             return "not a study's results folder (no study_* table: `headprobe study` writes them)"
         for table in MODEL_TABLES:
             try:
-                self.models(table)
+                self.models(table, steps=True)
                 return None
             except MissingInput:
                 continue

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from figures import models
 from figures.data import MissingInput, Results
@@ -73,7 +74,7 @@ def build(results: Results) -> Figure:
     heads = step_rows(results, "retrieval")
     summary = step_rows(results, "analysis_summary")
     summary = summary[(summary["metric"] == "retrieval") & (summary["layer_type"] == "all")]
-    length = int(heads["length"].min())  # the heatmap's length; the counts are drawn at every length
+    length = int(heads["length"].min())  # the length drawn: the shortest analysed
     runs = models.model_order(heads["run"].unique())
     probes = probe_log(results)
     fig, axes = plt.subplots(len(runs), 2, figsize=(7.0, 0.4 + 2.3 * len(runs)), squeeze=False,
@@ -83,21 +84,22 @@ def build(results: Results) -> Figure:
         scores, labels, steps = head_matrix(heads[(heads["run"] == run) & (heads["length"] == length)])
         image = grid.imshow(scores, aspect="auto", cmap=CMAP, vmin=0, vmax=1, interpolation="nearest",
                             extent=(-0.5, len(steps) - 0.5, len(labels) - 0.5, -0.5))  # fmt: skip
+        grid.grid(False)
         every = max(1, len(steps) // 8)
         grid.set_xticks(range(0, len(steps), every), [str(s) for s in steps[::every]], fontsize=6)
         grid.set_yticks(range(len(labels)), labels, fontsize=5 if len(labels) > 16 else 6)
-        grid.set_title(f"{run}: forced retrieval score per head at {length:,} tokens", fontsize=7)
+        grid.set_title(f"{run}: each head's score, {length:,} tokens", fontsize=7)
         grid.set_xlabel("training step", fontsize=7)
-        mine = summary[summary["run"] == run]
+        mine = summary[(summary["run"] == run) & (summary["length"] == length)].sort_values("step")
         for (statistic, label), style in zip(COUNTS.items(), ("-", "--", ":"), strict=True):
-            for n, part in mine[mine["statistic"] == statistic].groupby("length"):
-                part = part.sort_values("step")
-                counts.plot(part["step"], part["value"], linestyle=style, marker="o", markersize=2, color="0.15",
-                            alpha=1.0 if n == length else 0.45, label=f"{label} @ {n:,}")  # fmt: skip
+            part = mine[mine["statistic"] == statistic]
+            counts.plot(part["step"], part["value"], linestyle=style, marker="o", markersize=2, color="0.15",
+                        label=label)  # fmt: skip
+        counts.yaxis.set_major_locator(MaxNLocator(integer=True))
         counts.set_ylabel("heads", fontsize=7)
         counts.set_xlabel("training step", fontsize=7)
-        counts.set_ylim(bottom=0)
-        counts.set_title("head counts (black) and the run's needle probes (colour)", fontsize=7)
+        counts.set_ylim(0, max(2.0, float(mine["value"][mine["statistic"].isin(list(COUNTS))].max() or 0) + 1))
+        counts.set_title("head counts (black), the run's needle probes (colour)", fontsize=7)
         handles, names = counts.get_legend_handles_labels()
         if run in probes:
             accuracy = counts.twinx()
@@ -115,7 +117,8 @@ def build(results: Results) -> Figure:
                         va="top", fontsize=5, color="0.35")  # fmt: skip
         counts.legend(handles, names, fontsize=5, loc="upper left", frameon=False)
     if image is not None:
-        fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.04, pad=0.02, label="forced retrieval score")
+        fig.colorbar(image, ax=axes[:, 0].tolist(), location="left", fraction=0.04, pad=0.1,
+                     label="forced retrieval score")  # fmt: skip
     return fig
 
 
@@ -127,10 +130,9 @@ SPEC = Spec(
     "One row per training run, from its step checkpoints (`headprobe analyze RUN --steps ...`). Left: every head "
     "(L<layer>H<head>, rows) at every step (columns), coloured by its teacher-forced retrieval score at the "
     "shortest analysed length (0-1: the share of answer tokens the head copies from the needle with the answer "
-    "forced, defined whether or not the model answers). Right: the count of retrieval heads (answer forced: solid; "
-    "needle-reading: dashed; Wu's, from answered samples: dotted; the shortest length dark, longer ones faded) and, "
-    "on the right axis, the run's own needle probes from its metrics.jsonl (accuracy at each probe distance), on "
-    "the same step axis.",
+    "forced, defined whether or not the model answers). Right, at the same length: the count of retrieval heads "
+    "(answer forced: solid; needle-reading: dashed; Wu's, from answered samples: dotted) and, on the right axis, "
+    "the run's own needle probes from its metrics.jsonl (accuracy at each probe distance), on the same step axis.",
     build,
     "model",
 )

@@ -87,9 +87,9 @@ class Schema:
             if wrong:
                 raise ResultsError(f"table {self.table!r} has mistyped columns: {', '.join(wrong)}")
         # who the rows describe, and where in its training (a step checkpoint's tables)
-        lead = [c for c in ("model", "step", "tokens") if c in frame.columns and c not in self.names]
+        lead = [c for c in ("model", "step", "tokens") if c in frame.columns]
         extra = [c for c in frame.columns if c not in self.names and c not in lead]
-        return frame[lead + self.names + extra]
+        return frame[lead + [c for c in self.names if c not in lead] + extra]
 
     def empty(self) -> pd.DataFrame:
         return pd.DataFrame({c: [] for c in self.names})

@@ -4,6 +4,7 @@ formulas), and the tables print exactly those values with the stated rounding.""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
@@ -330,7 +331,9 @@ def test_short_context_table(results):
     assert row["arc acc"] == "31.2 ± 8.8" and row["arc acc_norm"] == "37.5 ± 8.8"  # 25 and 37.5; +6.25
 
 
-MODEL_FIGURES = {"model_retrieval_heads", "model_layers", "needle_margin", "model_ruler", "ablation", "graft"}
+MODEL_FIGURES = {
+    "model_retrieval_heads", "model_layers", "needle_margin", "retrieval_steps", "model_ruler", "ablation", "graft"
+}  # fmt: skip
 
 
 def test_a_missing_table_is_skipped_and_said(results, tmp_path):
@@ -759,7 +762,11 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     main([str(results), "--docs", str(tmp_path / "docs"), "--also", str(analyzed), "--also-command", "analyze x"])
     page = (tmp_path / "docs" / "figures.md").read_text()
     titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
-    drawn = [s.title for s in figures.SPECS if s.name not in {"model_ruler", "needle_margin", "ablation", "graft"}]
+    drawn = [
+        s.title
+        for s in figures.SPECS
+        if s.name not in {"model_ruler", "needle_margin", "retrieval_steps", "ablation", "graft"}
+    ]
     assert titles == [*drawn, "Not drawn"] and "here from analyze x." in page
     assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
     assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
@@ -842,3 +849,50 @@ def test_graft_shares_each_part_sets_gain_of_the_donors_and_leaves_out_a_gain_to
     assert sorted(dots.get_offsets()[:, 1]) == pytest.approx([-0.2, 0.5])  # the held-out loss panel
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["mlp", "attn"]
     plt.close(fig)
+
+
+def test_retrieval_steps_draws_each_heads_score_over_steps_beside_the_counts_and_the_runs_probes(tmp_path):
+    from figures import retrieval_steps
+
+    # run r (two layers of two heads) at steps 100 and 200, at 512 and 1024 tokens; head (1, 0) grows from 0.1 to 0.9
+    # at 512. The run's metrics.jsonl (beside its step folders) logs needle probes at steps 100 and 200 only.
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 50, "loss": 3.0}, {"step": 100, "loss": 2.0, "probe/needle@500": 0.25, "probe/list@300": 0.5},
+        {"step": 200, "loss": 1.0, "probe/needle@500": 0.75, "probe/list@300": 1.0}]))  # fmt: skip
+    score = lambda n, step, layer, h: (0.1 + 0.8 * (step == 200)) if (layer, h, n) == (1, 0, 512) else 0.05 * h  # noqa: E731
+    out = tmp_path / "analysis"
+    for step in (100, 200):
+        name = f"r-step_{step:06d}"
+        meta = dict(model=name, checkpoint=str(run / f"step_{step:06d}"))
+        rows = [{"model": name, "step": step, "tokens": step * 10, "layer": layer, "head": h, "layer_type": "full",
+                 "forced_value": score(n, step, layer, h), "value": float("nan"), "length": n}
+                for n in (512, 1024) for layer in (0, 1) for h in (0, 1)]  # fmt: skip
+        write_table(out / name / "retrieval.parquet", pd.DataFrame(rows), TableMeta(table="retrieval", **meta))
+        summary = [{"model": name, "step": step, "tokens": step * 10, "metric": "retrieval", "length": n,
+                    "layer_type": kind, "layer": None, "statistic": stat, "value": float(step // 100 + (n == 1024))}
+                   for n in (512, 1024) for kind in ("all", "full") for stat in retrieval_steps.COUNTS]  # fmt: skip
+        write_table(out / name / "analysis_summary.parquet", pd.DataFrame(summary),
+                    TableMeta(table="analysis_summary", **meta))  # fmt: skip
+    fig = retrieval_steps.build(Results(out))
+    grid, counts, probes, bar = fig.axes
+    image = grid.get_images()[0].get_array()
+    assert np.allclose(image, [[0.0, 0.0], [0.05, 0.05], [0.1, 0.9], [0.05, 0.05]])  # heads x steps
+    assert [t.get_text() for t in grid.get_yticklabels()] == ["L0H0", "L0H1", "L1H0", "L1H1"]
+    assert [t.get_text() for t in grid.get_xticklabels()] == ["100", "200"]
+    lines = _lines(counts)
+    x, y = lines["retrieval heads (answer forced)"].get_data()
+    assert list(x) == [100, 200] and list(y) == [1.0, 2.0]  # the 'all' rows, not the 'full' ones
+    assert len(lines) == 3  # the counts at the heatmap's length, 512, only
+    x, y = _lines(probes)["needle@500"].get_data()  # the needle probes only, at the steps that logged them
+    assert list(x) == [100, 200] and list(y) == [0.25, 0.75] and "list@300" not in _lines(probes)
+    assert bar.get_ylabel() == "forced retrieval score"
+    plt.close(fig)
+    (run / "metrics.jsonl").unlink()
+    fig = retrieval_steps.build(Results(out))
+    assert "probes not drawn" in " ".join(t.get_text() for t in fig.axes[1].texts)
+    plt.close(fig)
+    # the per-model figures leave step checkpoints to this one
+    with pytest.raises(MissingInput, match="is of a step checkpoint"):
+        Results(out).models("retrieval")

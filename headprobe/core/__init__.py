@@ -17,5 +17,7 @@ progress    ``Progress``: how long work reports itself (the library reports, the
 resume      ``resume_key``: what decides a work item's numbers; what a rerun says (``done_earlier``) and
             refuses (``repeated_lengths``, ``changed_inputs``)
 identity    ``checkpoint_identity``: what tells a checkpoint from every other, read without a weight
+steps       a training run's step folders: ``list_steps``, ``select_steps`` (``--steps all|every:K|LIST``),
+            ``StepInfo`` (the step and tokens of one)
 ==========  ===========================================================================================
 """

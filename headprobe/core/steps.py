@@ -113,7 +113,7 @@ def select_steps(run: str | Path, spec: str) -> list[Path]:
     choice = parse_steps(spec)
     if is_step_folder(run):
         raise StepError(
-            f"{run} is one step checkpoint, not a run folder; give the run folder {run.parent} with --steps"
+            f"{run} is one step checkpoint, not a run folder; give its run folder {run.parent} with --steps"
         )
     held = list_steps(run)
     if not held:

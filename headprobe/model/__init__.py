@@ -16,6 +16,7 @@ kv_cache        the decoding cache (sliding layers keep ``window - 1`` keys)
 tokenizer       the byte tokenizer and local ``tokenizer.json`` files
 eval_loss       a model's loss on fixed rows, pooled and per split (the held-out evaluation loss)
 checkpoint      checkpoint folders (``save_checkpoint``, ``load_checkpoint``)
+step_checkpoint a training step folder's model, read from its DCP shards (``load_step_weights``)
 budget          the only parameter / FLOP / KV-cache / memory formulas
 answers         how a model answers prompts: exact greedy answers and their teacher-forced loss
 decoding        the one greedy decoding loop (``Transformer.generate`` and the hooked models' ``decode``)

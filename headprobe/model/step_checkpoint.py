@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
 from headprobe.core.steps import WEIGHTS_DIR, read_step
 from headprobe.model.checkpoint import CheckpointError
@@ -37,8 +38,11 @@ def load_step_weights(
         with warnings.catch_warnings():  # one process without a process group is intended
             warnings.filterwarnings("ignore", message=".*assuming the intent is to")
             dcp.load({"model": weights}, checkpoint_id=str(folder / WEIGHTS_DIR))
-    except Exception as err:  # DCP raises its own wrapped errors: one line naming the folder
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    except (Exception, CheckpointException) as err:  # DCP wraps the reader's error (not an Exception): one line
+        if isinstance(err, CheckpointException) and err.failures:  # {rank: (the reader's error, its stack)}
+            err = next(iter(err.failures.values()))[0]
+        said = str(err).strip().splitlines()
+        first = f"{type(err).__name__}: {said[-1]}" if said else type(err).__name__
         raise CheckpointError(
             f"{folder / WEIGHTS_DIR}: the weights cannot be read ({first}); give another step"
         ) from None
