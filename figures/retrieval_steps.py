@@ -1,6 +1,6 @@
-"""Retrieval heads across training (``headprobe analyze RUN --steps ...``): per run, every head's teacher-forced
-retrieval score over the run's step checkpoints (heads x steps), and the count of retrieval heads over steps
-beside the run's own needle probes (its ``metrics.jsonl``) on the same step axis."""
+"""Retrieval heads across training (``headprobe analyze RUN --steps ...``): per run, every head's attention on the
+needle with the answer forced, over the run's step checkpoints (heads x steps), and the count of retrieval heads
+over steps beside the run's own needle probes (its ``metrics.jsonl``) on the same step axis."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ COUNTS = {  # analysis_summary statistics drawn as counts, and their labels
     "retrieval_heads": "retrieval heads (Wu, answered)",
 }
 CMAP = "viridis"
+VALUE = "forced_mass"  # the heatmap's column of the retrieval table: defined at every step, answering or not
 
 
 def run_of(model: str) -> str:
@@ -65,7 +66,7 @@ def probe_log(results: Results) -> dict[str, pd.DataFrame]:
 
 def head_matrix(rows: pd.DataFrame) -> tuple[np.ndarray, list[str], list[int]]:
     """``(scores [heads, steps], head labels L<layer>H<head>, steps)`` of one run at one length."""
-    table = rows.pivot_table(index=["layer", "head"], columns="step", values="forced_value", aggfunc="mean")
+    table = rows.pivot_table(index=["layer", "head"], columns="step", values=VALUE, aggfunc="mean")
     labels = [f"L{int(layer)}H{int(head)}" for layer, head in table.index]
     return table.to_numpy(dtype=float), labels, [int(s) for s in table.columns]
 
@@ -88,7 +89,7 @@ def build(results: Results) -> Figure:
         every = max(1, len(steps) // 8)
         grid.set_xticks(range(0, len(steps), every), [str(s) for s in steps[::every]], fontsize=6)
         grid.set_yticks(range(len(labels)), labels, fontsize=5 if len(labels) > 16 else 6)
-        grid.set_title(f"{run}: each head's score, {length:,} tokens", fontsize=7)
+        grid.set_title(f"{run}: each head's mass on the needle, {length:,} tokens", fontsize=7)
         grid.set_xlabel("training step", fontsize=7)
         mine = summary[(summary["run"] == run) & (summary["length"] == length)].sort_values("step")
         for (statistic, label), style in zip(COUNTS.items(), ("-", "--", ":"), strict=True):
@@ -118,7 +119,7 @@ def build(results: Results) -> Figure:
         counts.legend(handles, names, fontsize=5, loc="upper left", frameon=False)
     if image is not None:
         fig.colorbar(image, ax=axes[:, 0].tolist(), location="left", fraction=0.04, pad=0.1,
-                     label="forced retrieval score")  # fmt: skip
+                     label="attention mass on the needle")  # fmt: skip
     return fig
 
 
@@ -128,9 +129,9 @@ SPEC = Spec(
     "figure",
     ("retrieval", "analysis_summary"),
     "One row per training run, from its step checkpoints (`headprobe analyze RUN --steps ...`). Left: every head "
-    "(L<layer>H<head>, rows) at every step (columns), coloured by its teacher-forced retrieval score at the "
-    "shortest analysed length (0-1: the share of answer tokens the head copies from the needle with the answer "
-    "forced, defined whether or not the model answers). Right, at the same length: the count of retrieval heads "
+    "(L<layer>H<head>, rows) at every step (columns), coloured by its attention mass on the needle at the answer "
+    "steps with the answer teacher-forced (the retrieval table's forced_mass, 0-1, defined whether or not the model "
+    "answers), at the shortest analysed length. Right, at the same length: the count of retrieval heads "
     "(answer forced: solid; needle-reading: dashed; Wu's, from answered samples: dotted) and, on the right axis, "
     "the run's own needle probes from its metrics.jsonl (accuracy at each probe distance), on the same step axis.",
     build,

@@ -867,7 +867,7 @@ def test_retrieval_steps_draws_each_heads_score_over_steps_beside_the_counts_and
         name = f"r-step_{step:06d}"
         meta = dict(model=name, checkpoint=str(run / f"step_{step:06d}"))
         rows = [{"model": name, "step": step, "tokens": step * 10, "layer": layer, "head": h, "layer_type": "full",
-                 "forced_value": score(n, step, layer, h), "value": float("nan"), "length": n}
+                 "forced_mass": score(n, step, layer, h), "forced_value": 0.0, "value": float("nan"), "length": n}
                 for n in (512, 1024) for layer in (0, 1) for h in (0, 1)]  # fmt: skip
         write_table(out / name / "retrieval.parquet", pd.DataFrame(rows), TableMeta(table="retrieval", **meta))
         summary = [{"model": name, "step": step, "tokens": step * 10, "metric": "retrieval", "length": n,
@@ -887,7 +887,7 @@ def test_retrieval_steps_draws_each_heads_score_over_steps_beside_the_counts_and
     assert len(lines) == 3  # the counts at the heatmap's length, 512, only
     x, y = _lines(probes)["needle@500"].get_data()  # the needle probes only, at the steps that logged them
     assert list(x) == [100, 200] and list(y) == [0.25, 0.75] and "list@300" not in _lines(probes)
-    assert bar.get_ylabel() == "forced retrieval score"
+    assert bar.get_ylabel() == "attention mass on the needle"
     plt.close(fig)
     (run / "metrics.jsonl").unlink()
     fig = retrieval_steps.build(Results(out))

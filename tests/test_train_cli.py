@@ -90,6 +90,7 @@ def test_train_flags_are_the_config_fields_with_their_defaults():
 
     from typer.main import get_command
 
+    from headprobe.core.settings import parse_count
     from trainer.config import TrainConfig
 
     def plain(value):
@@ -99,7 +100,9 @@ def test_train_flags_are_the_config_fields_with_their_defaults():
     fields = dataclasses.fields(TrainConfig)
     assert set(params) == {f.name for f in fields}
     for f in fields:
-        assert plain(params[f.name].default) == plain(f.default), f.name
+        given = params[f.name].default  # a count (`--keep`) as its text: a number, or `all`
+        given = parse_count(given) if f.metadata.get("form") == "count" else given
+        assert plain(given) == plain(f.default), f.name
         assert params[f.name].help == f.metadata["help"]
     assert params["batch_size"].opts == ["--batch-size"] and "--no-resume" in params["resume"].secondary_opts
 

@@ -102,14 +102,17 @@ def setting(
 
 
 def parse_count(value: int | str) -> int | None:
-    """A ``count`` setting's value (:data:`Form`): a whole number as it is, :data:`ALL` (any case) as 0, a whole
-    number's text as that number; ``None`` for anything else (the caller refuses it, naming its setting)."""
+    """A ``count`` setting's value (:data:`Form`): a whole number as it is, :data:`ALL` (any case) as 0, an
+    integer's text as that integer; ``None`` for anything else (the caller refuses it, naming its setting)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     text = str(value).strip().lower()
     if text == ALL:
         return 0
-    return int(text) if text.isdigit() else None
+    try:
+        return int(text)  # a negative one too: the range rule refuses it, as every number's
+    except ValueError:
+        return None
 
 
 def check_ranges(settings: Any, error: Callable[[str], Exception]) -> None:
