@@ -178,6 +178,13 @@ def test_analyze_steps_measures_each_chosen_step_with_step_and_tokens_columns(ru
     last = read_table(out / folders[1] / "entropy.parquet").frame
     assert "step" not in final.columns
     assert last["value"].tolist() == final["value"].tolist()
+    # resumable like any analysis: a rerun adds the steps not yet measured and skips the rest
+    res = invoke("analyze", run, "--steps", "all", "--metrics", "entropy", "--lengths", "32", "--samples", "1",
+                 "--out", out)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert all(f"step_00000{k} entropy @ 32: done earlier, skipped" in said for k in (2, 6))
+    assert "step_000004 entropy @ 32: done earlier" not in said and (out / f"{folders[0][:-1]}4").is_dir()
 
 
 def test_analyze_steps_refuses_a_run_without_them_before_any_work(tmp_path):
