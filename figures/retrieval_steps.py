@@ -75,14 +75,15 @@ def build(results: Results) -> Figure:
     heads = step_rows(results, "retrieval")
     summary = step_rows(results, "analysis_summary")
     summary = summary[(summary["metric"] == "retrieval") & (summary["layer_type"] == "all")]
-    length = int(heads["length"].min())  # the length drawn: the shortest analysed
     runs = models.model_order(heads["run"].unique())
     probes = probe_log(results)
     fig, axes = plt.subplots(len(runs), 2, figsize=(7.0, 0.4 + 2.3 * len(runs)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.15, 1]})  # fmt: skip
     image = None
     for (grid, counts), run in zip(axes, runs, strict=True):
-        scores, labels, steps = head_matrix(heads[(heads["run"] == run) & (heads["length"] == length)])
+        rows = heads[heads["run"] == run]
+        length = int(rows["length"].min())  # the length drawn: the run's shortest analysed
+        scores, labels, steps = head_matrix(rows[rows["length"] == length])
         image = grid.imshow(scores, aspect="auto", cmap=CMAP, vmin=0, vmax=1, interpolation="nearest",
                             extent=(-0.5, len(steps) - 0.5, len(labels) - 0.5, -0.5))  # fmt: skip
         grid.grid(False)
@@ -131,7 +132,7 @@ SPEC = Spec(
     "One row per training run, from its step checkpoints (`headprobe analyze RUN --steps ...`). Left: every head "
     "(L<layer>H<head>, rows) at every step (columns), coloured by its attention mass on the needle at the answer "
     "steps with the answer teacher-forced (the retrieval table's forced_mass, 0-1, defined whether or not the model "
-    "answers), at the shortest analysed length. Right, at the same length: the count of retrieval heads "
+    "answers), at the run's shortest analysed length. Right, at the same length: the count of retrieval heads "
     "(answer forced: solid; needle-reading: dashed; Wu's, from answered samples: dotted) and, on the right axis, "
     "the run's own needle probes from its metrics.jsonl (accuracy at each probe distance), on the same step axis.",
     build,
