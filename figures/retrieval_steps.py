@@ -1,6 +1,6 @@
 """Retrieval heads across training (``headprobe analyze RUN --steps ...``): per run, every head's attention on the
 needle with the answer forced, over the run's step checkpoints (heads x steps), and the count of retrieval heads
-over steps beside the run's own needle probes (its ``metrics.jsonl``) on the same step axis."""
+over steps beside the run's own task probes (its ``metrics.jsonl``) on the same step axis."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ def step_rows(results: Results, table: str) -> pd.DataFrame:
 
 
 def probe_log(results: Results) -> dict[str, pd.DataFrame]:
-    """Per run, the needle probes its ``metrics.jsonl`` logged (``step`` and one column per ``probe/needle@N``),
-    found beside the step checkpoints the tables were measured on; runs whose log is not there are absent."""
+    """Per run, the task probes its ``metrics.jsonl`` logged (``step`` and one accuracy column per probe,
+    ``probe/needle@500``), found beside the step checkpoints the tables were measured on; runs whose log is not
+    there are absent."""
     logs: dict[str, pd.DataFrame] = {}
     for _, meta in results.sources(["retrieval"]):
         if not meta.model or not meta.checkpoint or run_of(meta.model) in logs:
@@ -56,7 +57,7 @@ def probe_log(results: Results) -> dict[str, pd.DataFrame]:
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         except (OSError, ValueError):
             continue
-        probes = pd.DataFrame([{k: v for k, v in r.items() if k == "step" or k.startswith("probe/needle@")}
+        probes = pd.DataFrame([{k: v for k, v in r.items() if k == "step" or k.startswith("probe/")}
                                for r in rows])  # fmt: skip
         probes = probes.dropna(axis=0, how="all", subset=[c for c in probes.columns if c != "step"] or None)
         if len(probes.columns) > 1 and len(probes):
@@ -101,7 +102,7 @@ def build(results: Results) -> Figure:
         counts.set_ylabel("heads", fontsize=7)
         counts.set_xlabel("training step", fontsize=7)
         counts.set_ylim(0, max(2.0, float(mine["value"][mine["statistic"].isin(list(COUNTS))].max() or 0) + 1))
-        counts.set_title("head counts (black), the run's needle probes (colour)", fontsize=7)
+        counts.set_title("head counts (black), the run's task probes (colour)", fontsize=7)
         handles, names = counts.get_legend_handles_labels()
         if run in probes:
             accuracy = counts.twinx()
@@ -134,7 +135,8 @@ SPEC = Spec(
     "steps with the answer teacher-forced (the retrieval table's forced_mass, 0-1, defined whether or not the model "
     "answers), at the run's shortest analysed length. Right, at the same length: the count of retrieval heads "
     "(answer forced: solid; needle-reading: dashed; Wu's, from answered samples: dotted) and, on the right axis, "
-    "the run's own needle probes from its metrics.jsonl (accuracy at each probe distance), on the same step axis.",
+    "the run's own task probes from its metrics.jsonl (accuracy of each task at its distance: needle, recall, "
+    "list), on the same step axis.",
     build,
     "model",
 )

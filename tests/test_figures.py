@@ -855,11 +855,12 @@ def test_retrieval_steps_draws_each_heads_score_over_steps_beside_the_counts_and
     from figures import retrieval_steps
 
     # run r (two layers of two heads) at steps 100 and 200, at 512 and 1024 tokens; head (1, 0) grows from 0.1 to 0.9
-    # at 512. The run's metrics.jsonl (beside its step folders) logs needle probes at steps 100 and 200 only.
+    # at 512. The run's metrics.jsonl (beside its step folders) logs task probes at steps 100 and 200 only.
     run = tmp_path / "runs" / "r"
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
-        {"step": 50, "loss": 3.0}, {"step": 100, "loss": 2.0, "probe/needle@500": 0.25, "probe/list@300": 0.5},
+        {"step": 50, "loss": 3.0},
+        {"step": 100, "loss": 2.0, "probe/needle@500": 0.25, "probe/list@300": 0.5, "probe_loss/list@300": 9.0},
         {"step": 200, "loss": 1.0, "probe/needle@500": 0.75, "probe/list@300": 1.0}]))  # fmt: skip
     score = lambda n, step, layer, h: (0.1 + 0.8 * (step == 200)) if (layer, h, n) == (1, 0, 512) else 0.05 * h  # noqa: E731
     out = tmp_path / "analysis"
@@ -885,8 +886,9 @@ def test_retrieval_steps_draws_each_heads_score_over_steps_beside_the_counts_and
     x, y = lines["retrieval heads (answer forced)"].get_data()
     assert list(x) == [100, 200] and list(y) == [1.0, 2.0]  # the 'all' rows, not the 'full' ones
     assert len(lines) == 3  # the counts at the heatmap's length, 512, only
-    x, y = _lines(probes)["needle@500"].get_data()  # the needle probes only, at the steps that logged them
-    assert list(x) == [100, 200] and list(y) == [0.25, 0.75] and "list@300" not in _lines(probes)
+    x, y = _lines(probes)["needle@500"].get_data()  # each task probe's accuracy, at the steps that logged it
+    assert list(x) == [100, 200] and list(y) == [0.25, 0.75]
+    assert list(_lines(probes)["list@300"].get_data()[1]) == [0.5, 1] and len(_lines(probes)) == 2  # no probe loss
     assert bar.get_ylabel() == "attention mass on the needle"
     plt.close(fig)
     (run / "metrics.jsonl").unlink()
