@@ -152,6 +152,16 @@ def test_damaged_shards_are_one_line_naming_the_folder(run, tmp_path):
     one_error(res, 2, f"{copy / 'dcp'}: the weights cannot be read (EOFError)", "give another step")
 
 
+def test_a_damaged_state_file_is_one_line_naming_it(run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "s" / "step_000002"
+    shutil.copytree(run / "step_000002", copy)
+    (copy / "state.json").write_text("{not json")
+    res = invoke("analyze", copy, "--metrics", "entropy", "--lengths", "32", "--samples", "1", "--out", tmp_path / "o")
+    one_error(res, 2, f"{copy / 'state.json'} cannot be read", "the step folder is damaged")
+
+
 # ---------------------------------------------------------------------------------------------
 # analyze RUN --steps
 # ---------------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def _load_model(path: Path, device: str | torch.device, dtype: torch.dtype | Non
         try:
             tokenizer = step_tokenizer(path)
             model = load_step_weights(path, device=device, dtype=dtype)
-        except CheckpointError as err:
+        except (CheckpointError, StepError) as err:
             raise ModelLoadError(str(err)) from None
         return HeadprobeModel(model, tokenizer, model_name(path), folder=path)
     if kind == "gguf":
@@ -113,7 +113,7 @@ def model_tokenizer(path: str | Path) -> ByteTokenizer | HFTokenizer:
     if is_step_folder(path):
         try:
             return step_tokenizer(path)
-        except CheckpointError as err:
+        except (CheckpointError, StepError) as err:
             raise ModelLoadError(str(err)) from None
     if path.is_dir() and (path / CONFIG_FILE).is_file() and _kind(path) == "checkpoint":
         try:
