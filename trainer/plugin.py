@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.outputs import STEP_FILE
+from headprobe.core.steps import STEP_FILE
 from headprobe.text.tasks import TaskMix
 from trainer.config import ReportCount, TrainConfig, TrainResult
 from trainer.data import check_new_folder

@@ -33,8 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from headprobe.core.atomic import atomic_write_text
-from headprobe.core.outputs import STEP_FILE
-from headprobe.core.steps import list_steps, read_step, step_folder
+from headprobe.core.steps import STEP_FILE, WEIGHTS_DIR, list_steps, read_step, step_folder
 from headprobe.model.config import ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer
 from trainer.distributed import World, barrier
@@ -78,7 +77,7 @@ def save_step(
             warnings.filterwarnings("ignore", message=".*assuming the intent is to")
             dcp.save(
                 {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)},
-                checkpoint_id=str(tmp / "dcp"),
+                checkpoint_id=str(tmp / WEIGHTS_DIR),
             )
         torch.save(_rng_state(), tmp / "rng" / f"rank_{world.rank}.pt")
         barrier(world)
@@ -166,7 +165,7 @@ def load_step(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, 
     sd = {"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, optimizer)}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to")
-        dcp.load(sd, checkpoint_id=str(folder / "dcp"))
+        dcp.load(sd, checkpoint_id=str(folder / WEIGHTS_DIR))
     set_model_state_dict(model, sd["model"])
     set_optimizer_state_dict(model, optimizer, sd["optim"])
     rng_file = folder / "rng" / f"rank_{world.rank}.pt"

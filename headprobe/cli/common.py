@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.settings import ALL, MAX_TOKENS, Range, parse_count
+from headprobe.core.settings import MAX_TOKENS, Range
 
 # what a command shows as one line with its fix (exit code 2); any other exception is a bug, with its traceback.
 # typer.BadParameter: a command's own check of an option's text (a malformed list); click's parser shows those
@@ -375,15 +375,6 @@ def numbers(text: str, kind: type, option: str, example: str) -> list[Any]:
     return values
 
 
-def count(text: str, option: str) -> int:
-    """A ``count`` setting's value (:data:`headprobe.core.settings.Form`): a whole number, or ``all`` as 0; anything
-    else raises ``typer.BadParameter`` naming ``option``."""
-    value = parse_count(text)
-    if value is None:
-        raise typer.BadParameter(f"{option} {text!r}: give a whole number, or {ALL} (every one)")
-    return value
-
-
 def settings_options(settings: type, fields: Sequence[str] | None = None) -> list[inspect.Parameter]:
     """One keyword parameter per field of the settings dataclass ``settings`` (declared with
     :func:`headprobe.core.settings.setting`), or per field named in ``fields``: a typer option with the
@@ -406,7 +397,8 @@ def settings_options(settings: type, fields: Sequence[str] | None = None) -> lis
             default = None if default is None else list(default)
         elif form == "path":
             annotation, default = (Path | None, None) if default is None else (Path, Path(default))
-        elif form == "count" or not isinstance(default, str | int | float | bool | None):  # a number or `all`
+        elif form == "count" or not isinstance(default, str | int | float | bool | None):  # `3` or `all`: the
+            # text, which the dataclass parses (headprobe.core.settings.parse_count)
             annotation, default = str, str(default)
         decls = (meta["flag"],) if meta.get("flag") else ()
         option = typer.Option(default, *decls, help=flagify(meta.get("help", ""), flags))
@@ -437,8 +429,6 @@ def settings_from(settings: type, values: dict[str, Any]) -> Any:
             value = [str(x) for x in value]
         elif value is not None and form == "path":
             value = str(value)
-        elif value is not None and form == "count":
-            value = count(value, flag)
         kwargs[name] = value
     return settings(**kwargs)
 

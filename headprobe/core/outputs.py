@@ -33,12 +33,12 @@ from typing import Literal
 
 from headprobe.core.atomic import is_leftover
 from headprobe.core.errors import HeadprobeError
+from headprobe.core.steps import is_step_folder
 
 RUN_FILE = "run.json"  # a results folder's record: {"job": "analyze", ...} (headprobe.jobs.record)
 # the files each kind always has, named here once (headprobe.model.checkpoint, the trainer and export use these)
 CONFIG_FILE = "config.json"  # a checkpoint's config; a Hugging Face folder's too
 WEIGHTS_FILE = "model.safetensors"  # a checkpoint's weights
-STEP_FILE = "state.json"  # a training step folder's state, beside its dcp/ shards (trainer.train_state)
 RUN_FILES = ("train_config.json", "metrics.jsonl", "result.json")  # a training run's records (trainer.train)
 MANIFEST_FILE = "manifest.json"  # a data folder's ("shards") or a training grid's ("runs") manifest
 PAGE_MARK = '<meta name="generator" content="headprobe'  # in the head of every page headprobe writes
@@ -165,7 +165,7 @@ def _folder(path: Path) -> Found:
     if RUN_FILE in names:
         return Found("results", f"a results folder whose record {RUN_FILE} cannot be read (restore it, or delete it to "
                      "let the command that wrote the folder write it again)")  # fmt: skip
-    if STEP_FILE in names and (path / "dcp").is_dir():
+    if is_step_folder(path):
         return Found("step", "a training step folder")
     if CONFIG_FILE in names:
         config = _json(path / CONFIG_FILE)

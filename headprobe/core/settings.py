@@ -91,7 +91,8 @@ def setting(
     ``0,1,2``), ``lengths`` (token counts, ``4096,16k``), ``paths`` (the option given once per file) or
     ``texts`` (the option given once per item, an item may hold commas: ``--heads 17.3,18.7``), ``path``
     for a text setting that names one file or folder (taken as a path, stored as its text), and ``count`` for
-    a whole number whose 0 means every one, given as a number or as :data:`ALL` (``--keep all``); for a number (or
+    a whole number whose 0 means every one, given as a number or as :data:`ALL` (``--keep all``: taken as its
+    text, which the settings dataclass turns into the number with :func:`parse_count`); for a number (or
     a list of numbers) its :class:`Range`: ``minimum`` / ``above`` (excluded), ``maximum`` / ``below``
     (excluded)."""
     bounds = Range(minimum, above, maximum, below)

@@ -1,7 +1,7 @@
 """A training run's step checkpoints as folders: ``RUN/step_XXXXXX/`` (written by :mod:`trainer.train_state`),
 found, read and chosen without loading a weight.
 
-A step folder holds ``state.json`` (:data:`headprobe.core.outputs.STEP_FILE`: the step, the tokens seen, the
+A step folder holds ``state.json`` (:data:`STEP_FILE`: the step, the tokens seen, the
 model's config and tokenizer, the training settings) and ``dcp/`` (the weights and optimizer state in
 torch.distributed.checkpoint format). A run keeps every one of them when trained with ``--save-every K
 --keep all``; :func:`select_steps` picks those ``headprobe analyze RUN --steps ...`` measures."""
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.outputs import STEP_FILE
 
 STEP_RE = re.compile(r"^step_(\d{6,})$")
+STEP_FILE = "state.json"  # a step folder's state, beside its shards (written by trainer.train_state)
 WEIGHTS_DIR = "dcp"  # the step folder's weights (and optimizer state), as torch.distributed.checkpoint wrote them
 STEPS_HELP = "all | every:K (the steps that are multiples of K) | a comma list of steps (100,200,800)"
 

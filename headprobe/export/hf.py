@@ -30,8 +30,9 @@ from torch import Tensor
 
 from headprobe.core.atomic import atomic_directory
 from headprobe.core.errors import HeadprobeError
-from headprobe.core.outputs import EXPORT_KEY, HF_MODEL, STEP_FILE, claim
+from headprobe.core.outputs import EXPORT_KEY, HF_MODEL, claim
 from headprobe.core.paths import file_sha256, is_gguf, not_a
+from headprobe.core.steps import is_step_folder
 from headprobe.model.checkpoint import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, load_checkpoint
 from headprobe.model.config import LayerType, ModelConfig
 from headprobe.model.tokenizer import ByteTokenizer, HFTokenizer
@@ -113,7 +114,7 @@ def check_exportable(checkpoint: Path, out: Path, overwrite: bool) -> None:
         )
     if why := not_a(checkpoint, "folder"):
         raise ExportError(f"checkpoint {checkpoint} {why}; give a headprobe checkpoint folder")
-    if (checkpoint / STEP_FILE).is_file() and (checkpoint / "dcp").is_dir():
+    if is_step_folder(checkpoint):
         raise ExportError(
             f"{checkpoint} is a training step folder (state.json, dcp/), not a checkpoint; turn it into one "
             f"first: `headprobe train export {checkpoint} CKPT`, then `headprobe export hf CKPT {out}`"
