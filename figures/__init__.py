@@ -16,6 +16,7 @@ from figures import (
     effective_rank,
     frozen_cpt,
     graft,
+    head_agreement,
     loss_vs_retrieval,
     model_layers,
     model_retrieval_heads,
@@ -56,7 +57,17 @@ STUDY_SPECS: tuple[Spec, ...] = tuple(
 """The study's figures and tables: a ``headprobe study`` folder's members, seeds and runs."""
 
 MODEL_SPECS: tuple[Spec, ...] = tuple(
-    m.SPEC for m in (model_retrieval_heads, model_layers, needle_margin, retrieval_steps, model_ruler, ablation, graft)
+    m.SPEC
+    for m in (
+        model_retrieval_heads,
+        model_layers,
+        needle_margin,
+        head_agreement,
+        retrieval_steps,
+        model_ruler,
+        ablation,
+        graft,
+    )
 )
 """The per-model figures: any model's ``analyze``, ``ruler eval`` and ablation results (models that are not
 runs of a study in the folder), a panel or a colour per model."""

@@ -148,7 +148,7 @@ def check_figures_folder(out: Path, results: Path, names: Sequence[str]) -> None
 
 WRITERS = (
     ("`headprobe study`", "study_*"),
-    ("`headprobe analyze`", "retrieval, needle_margin, entropy, reordering, erank, analysis_summary"),
+    ("`headprobe analyze`", "retrieval, needle_margin, entropy, reordering, erank, analysis_summary, head_agreement"),
     ("`headprobe ruler eval`", "ruler_scores, ruler_samples"),
     ("`headprobe ablate`", "ablation"),
     ("`headprobe graft`", "graft"),

@@ -16,6 +16,11 @@ eval`` or ``shortctx eval`` output or a whole study folder), so nothing here kno
 * ``graft``: each part set's hybrid (``headprobe graft``), a column per metric and length;
 * ``ablation``: needle accuracy per condition (baseline, top / random / named heads ablated), one row per
   checkpoint x task x length; random sets as their mean with the range over seeds;
+* ``definitions``: per checkpoint and length, the top heads by each retrieval-head definition it holds
+  (``retrieval_forced``, ``needle_mass``, ``query_focus``, ``echo``, ``induction``, ``logit_contrib``; Wu's
+  ``retrieval`` has its own table above), as ``layer.head``, side by side;
+* ``head_agreement``: how far those definitions agree per checkpoint and length (Spearman over the heads, top-k
+  Jaccard), one row per pair;
 * ``verdicts``: a study's verdict on each of its findings (``study_verdicts``, written by ``headprobe study``:
   :mod:`headprobe.study.verdicts`), our value with its 95% interval, the published value, the verdict and why.
 
@@ -47,8 +52,11 @@ SHOWN = (
     "shortctx",
     "ablation",
     "graft",
+    "definitions",
+    "head_agreement",
     "verdicts",
 )
+DEFINITION_TABLES = ("retrieval_forced", "needle_mass", "query_focus", "echo", "induction", "logit_contrib")
 SCORE_COLUMNS = {  # the retrieval table's scores, as shown
     "value": "copies/span",
     "set_value": "set (0-1)",
@@ -144,14 +152,22 @@ def show_tables(folder: str | Path, metrics: list[str] | None = None, top: int =
         frame = _collect(folder, "graft", diverged)
         if not frame.empty:
             out.append(graft_table(frame))
+    if "definitions" in wanted:
+        frames = {n: _collect(folder, n, diverged) for n in DEFINITION_TABLES}
+        if any(not f.empty for f in frames.values()):
+            out.append(definitions_table({n: f for n, f in frames.items() if not f.empty}, top))
+    if "head_agreement" in wanted:
+        frame = _collect(folder, "head_agreement", diverged)
+        if not frame.empty:
+            out.append(agreement_table(frame))
     if "verdicts" in wanted:
         out += verdict_tables(folder)
     if not out:
         raise ResultsError(
             f"{folder} holds none of the tables {', '.join(wanted)} (looked for retrieval, needle_margin, entropy, "
-            "reordering, erank, ruler_scores, shortctx_scores, ablation, graft and study_verdicts Parquet files below "
-            "it); run `headprobe analyze`, `headprobe ruler eval`, `headprobe shortctx eval`, `headprobe ablate`, "
-            "`headprobe graft` or `headprobe study` first"
+            "reordering, erank, ruler_scores, shortctx_scores, ablation, graft, the head definitions', head_agreement "
+            "and study_verdicts Parquet files below it); run `headprobe analyze`, `headprobe ruler eval`, "
+            "`headprobe shortctx eval`, `headprobe ablate`, `headprobe graft` or `headprobe study` first"
         )
     return out
 
@@ -190,6 +206,36 @@ def margin_table(frame: pd.DataFrame, top: int) -> ShownTable:
         "by mass, mean over lengths"
     )
     return ShownTable(f"needle margin: top {top} heads per checkpoint by mass, by length", table.round(3), note)
+
+
+def definitions_table(frames: dict[str, pd.DataFrame], top: int) -> ShownTable:
+    """Per checkpoint, length and place (0 = the highest score), each definition's head there as ``layer.head``
+    (ties to the lower layer, then head; empty where the definition has fewer scored heads)."""
+    cells = []
+    for name, frame in frames.items():
+        ranked = frame.dropna(subset=["value"]).sort_values(
+            ["model", "length", "value", "layer", "head"], ascending=[True, True, False, True, True]
+        )
+        ranked = ranked.assign(place=ranked.groupby(["model", "length"]).cumcount())
+        ranked = ranked[ranked["place"] < top]
+        labels = [f"{int(a)}.{int(b)}" for a, b in zip(ranked["layer"], ranked["head"], strict=True)]
+        cells.append(ranked.assign(definition=name, cell=labels))
+    rows = pd.concat(cells, ignore_index=True)
+    table = rows.pivot_table(index=["model", "length", "place"], columns="definition", values="cell", aggfunc="first")
+    table = table.reindex(columns=[n for n in frames if n in table.columns]).fillna("")
+    note = "layer.head of each definition's top heads by its score (mean over the samples with a number)"
+    return ShownTable(f"head definitions: top {top} heads per checkpoint and length", table, note)
+
+
+def agreement_table(frame: pd.DataFrame) -> ShownTable:
+    """``head_agreement`` as one row per checkpoint, length, layer type and pair of definitions."""
+    keys = ["model", "length", "layer_type", "definition_a", "definition_b"]
+    table = frame.set_index(keys)[["n_heads", "spearman", "k", "jaccard"]]
+    note = (
+        "spearman: rank correlation of the two definitions' scores over the heads both score; jaccard: overlap of "
+        "their top-k heads (k a tenth of those heads); NaN: undefined (a score without a number, or constant)"
+    )
+    return ShownTable("head definitions: agreement per pair", table.round(3), note)
 
 
 def graft_table(frame: pd.DataFrame) -> ShownTable:

@@ -3,6 +3,8 @@ whose scores are known exactly, worked out by hand in the tests, and a small ran
 float64 references.
 
 * :class:`InductionModel` two layers (full, then sliding of window 6), an induction head and a uniform head each.
+* :class:`ValueInductionModel` the same heads writing their keys' tokens: each value is the one-hot of its token,
+  the output projection and unembedding identities, so a key's logit contribution to token ``y`` is ``[token = y]``.
 * :func:`hand_prompt` an 11-byte needle prompt whose answer is forced behind its final space.
 * :data:`GQA_SLIDING` / :func:`gqa_sliding_model` a tiny random model whose sliding layers (window 128) have 4
   query heads on 2 kv heads: at depth 100 of a 300-byte prompt the window holds part of the needle.
@@ -38,8 +40,20 @@ class InductionModel(HookedModel):
         before = torch.cat([torch.zeros(1, 264, dtype=torch.float64), current[:-1]]) * 50.0
         q = torch.stack([current, torch.zeros_like(current)])[None]  # [1, 2 heads, L, 264]
         k = torch.stack([before, before])[None]
+        v = torch.stack([current, current])[None]  # each key's value: its token
         for info in self.layers:
-            hook(AttentionCall(info.index, info.layer_type, q, k, info.window, 1.0, 0))
+            hook(AttentionCall(info.index, info.layer_type, q, k, info.window, 1.0, 0, v=v))
+
+
+class ValueInductionModel(InductionModel):
+    """:class:`InductionModel` whose heads write their values (the one-hot of each key's token) straight into
+    the residual stream, read by an identity unembedding: ``W_U[y] . W_O[h] v_j = [token_j = y]``."""
+
+    def output_projection(self, layer):
+        return torch.cat([torch.eye(264, dtype=torch.float64)] * 2, dim=1)  # [d_model, heads * v_dim]
+
+    def unembedding(self):
+        return torch.eye(264, dtype=torch.float64)
 
 
 def hand_prompt() -> NeedlePrompt:

@@ -7,6 +7,7 @@ the definitions, one copy each. Nothing here calls the code under test.
 * :func:`dense_stats` every streaming statistic from that matrix.
 * :func:`complex_rope` RoPE as multiplication by complex phases.
 * :func:`dense_forward` the whole model written out from its weights.
+* :func:`dense_forced` the teacher-forced copy score, its set form and forced mass of a byte-level needle prompt.
 * :func:`dense_entropy_per_head` mean attention entropy per head from cached post-RoPE q/k.
 * :func:`pooled_reference` an attention map pooled into blocks, as the explorer defines its pixels.
 * :func:`param_count` a model's distinct parameters, counted from the tensors themselves.
@@ -179,3 +180,34 @@ def param_count(model: torch.nn.Module) -> int:
     """The model's distinct parameters: every tensor's elements, a tied weight once (``parameters()`` yields
     each shared tensor once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def dense_forced(model, prompt, reach: int = 0) -> tuple[dict, dict, dict]:
+    """Per (layer, head): the teacher-forced copy score, its set form and the mean forced mass (on the span and the
+    ``reach`` prompt tokens after it), from dense float64
+    attention probabilities of the post-RoPE q/k that TransformerLens caches (not the seam's hook). Byte-level:
+    the forced answer is ``" " + answer`` (the prompt ends in ``is``), its answer steps the answer's bytes, so step
+    ``t`` (answer byte ``t``) is the row at ``len(prompt) + t``."""
+    answer = list(prompt.needle.answer.encode())
+    ids = [*prompt.ids, ord(" "), *answer[:-1]]
+    rows = [prompt.length + t for t in range(len(answer))]
+    start, end = prompt.answer_start, prompt.answer_end
+    _, cache = model.model.run_with_cache(torch.tensor([ids]))
+    value, set_value, mass = {}, {}, {}
+    cfg = model.model.cfg
+    for layer in range(cfg.n_layers):
+        att = cfg.attention(layer)
+        q = cache[f"blocks.{layer}.attn.hook_rot_q"].transpose(1, 2)
+        k = cache[f"blocks.{layer}.attn.hook_rot_k"].transpose(1, 2)
+        p = dense_probs(q, k, att.window, att.qk_head_dim**-0.5)[0]  # [heads, L, L] float64
+        for h in range(att.n_heads):
+            copied = []
+            for t, row in enumerate(rows):
+                j = int(torch.argmax(p[h, row]))  # the first of equal maxima
+                if start <= j < end and prompt.ids[j] == answer[t]:
+                    copied.append(j)
+            value[layer, h] = len(copied) / (end - start)
+            set_value[layer, h] = len(set(copied)) / (end - start)
+            read = min(end + reach, prompt.length)
+            mass[layer, h] = sum(float(p[h, row, start:read].sum()) for row in rows) / len(rows)
+    return value, set_value, mass

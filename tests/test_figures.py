@@ -332,7 +332,8 @@ def test_short_context_table(results):
 
 
 MODEL_FIGURES = {
-    "model_retrieval_heads", "model_layers", "needle_margin", "retrieval_steps", "model_ruler", "ablation", "graft"
+    "model_retrieval_heads", "model_layers", "needle_margin", "head_agreement", "retrieval_steps", "model_ruler",
+    "ablation", "graft"
 }  # fmt: skip
 
 
@@ -898,3 +899,34 @@ def test_retrieval_steps_draws_each_heads_score_over_steps_beside_the_counts_and
     # the per-model figures leave step checkpoints to this one
     with pytest.raises(MissingInput, match="is of a step checkpoint"):
         Results(out).models("retrieval")
+
+
+def test_head_agreement_draws_each_pairs_spearman_and_the_least_agreeing_pairs_scores(tmp_path):
+    from figures import head_agreement
+
+    # delta, 4 heads: at 1024 the pair (needle_mass, echo) agrees least (-0.8); retrieval has no number (n_heads 0);
+    # at 512 (not drawn: the longest length is) every pair would agree
+    pairs = [("retrieval", "needle_mass", 0, math.nan), ("retrieval", "echo", 0, math.nan),
+             ("needle_mass", "echo", 4, -0.8)]  # fmt: skip
+    _model_table(tmp_path, "delta", "head_agreement", [
+        {"model": "delta", "length": n, "layer_type": kind, "definition_a": a, "definition_b": b, "n_heads": heads,
+         "spearman": rho if n == 1024 else 1.0, "k": 1, "jaccard": 0.0}
+        for n in (512, 1024) for kind in ("all", "full") for a, b, heads, rho in pairs
+    ])  # fmt: skip
+    values = {"needle_mass": [0.1, 0.4, 0.3, 0.2], "echo": [0.5, 0.1, 0.2, 0.3]}
+    for name, v in values.items():
+        _model_table(tmp_path, "delta", name, [
+            {"model": "delta", "length": 1024, "layer": h // 2, "head": h % 2, "layer_type": "full", "value": x}
+            for h, x in enumerate(v)
+        ])  # fmt: skip
+    fig = head_agreement.build(Results(tmp_path))
+    matrix_ax, scatter_ax = fig.axes[0], fig.axes[1]  # the colour bar comes after
+    matrix = matrix_ax.images[0].get_array()
+    assert [t.get_text() for t in matrix_ax.get_yticklabels()] == ["retrieval", "needle_mass", "echo"]
+    assert matrix[1, 2] == pytest.approx(-0.8) and matrix[2, 1] == pytest.approx(-0.8) and matrix[1, 1] == 1.0
+    assert matrix.mask[0, 0] and matrix.mask[0, 1]  # no number for retrieval: masked, not 1
+    assert "1,024 tokens" in matrix_ax.get_title() and "-0.80" in scatter_ax.get_title()
+    (dots,) = [c for c in scatter_ax.collections if isinstance(c, PathCollection)]
+    assert dots.get_offsets().tolist() == [[0.1, 0.5], [0.4, 0.1], [0.3, 0.2], [0.2, 0.3]]
+    assert scatter_ax.get_xlabel() == "needle_mass" and scatter_ax.get_ylabel() == "echo"
+    plt.close(fig)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 from hand_built import GQA_SLIDING, InductionModel, gqa_sliding_model, hand_prompt
-from reference import dense_probs
+from reference import dense_forced, dense_probs
 
 from headprobe.hooked import HeadprobeModel
 from headprobe.metrics import retrieval_scores
@@ -25,36 +25,6 @@ CONFIG = GQA_SLIDING
 @pytest.fixture(scope="module")
 def tiny() -> HeadprobeModel:
     return gqa_sliding_model()
-
-
-def dense_forced(model: HeadprobeModel, prompt: NeedlePrompt, reach: int = 0) -> tuple[dict, dict, dict]:
-    """Per (layer, head): the teacher-forced copy score, its set form and the mean forced mass (on the span and the
-    ``reach`` prompt tokens after it), from dense float64
-    attention probabilities of the post-RoPE q/k that TransformerLens caches (not the seam's hook). Byte-level:
-    the forced answer is ``" " + answer`` (the prompt ends in ``is``), its answer steps the answer's bytes, so step
-    ``t`` (answer byte ``t``) is the row at ``len(prompt) + t``."""
-    answer = list(prompt.needle.answer.encode())
-    ids = [*prompt.ids, ord(" "), *answer[:-1]]
-    rows = [prompt.length + t for t in range(len(answer))]
-    start, end = prompt.answer_start, prompt.answer_end
-    _, cache = model.model.run_with_cache(torch.tensor([ids]))
-    value, set_value, mass = {}, {}, {}
-    for layer in range(CONFIG.n_layers):
-        att = CONFIG.attention(layer)
-        q = cache[f"blocks.{layer}.attn.hook_rot_q"].transpose(1, 2)
-        k = cache[f"blocks.{layer}.attn.hook_rot_k"].transpose(1, 2)
-        p = dense_probs(q, k, att.window, att.qk_head_dim**-0.5)[0]  # [heads, L, L] float64
-        for h in range(att.n_heads):
-            copied = []
-            for t, row in enumerate(rows):
-                j = int(torch.argmax(p[h, row]))  # the first of equal maxima
-                if start <= j < end and prompt.ids[j] == answer[t]:
-                    copied.append(j)
-            value[layer, h] = len(copied) / (end - start)
-            set_value[layer, h] = len(set(copied)) / (end - start)
-            read = min(end + reach, prompt.length)
-            mass[layer, h] = sum(float(p[h, row, start:read].sum()) for row in rows) / len(rows)
-    return value, set_value, mass
 
 
 @pytest.mark.parametrize(("depth", "reach"), [(30.0, 0), (100.0, 0), (30.0, 7), (100.0, 120)])

@@ -94,6 +94,9 @@ def test_every_result_table_is_documented_with_its_columns():
     for info in pkgutil.walk_packages(headprobe.__path__, "headprobe."):
         module = importlib.import_module(info.name)
         schemas |= {s.table: s for s in vars(module).values() if isinstance(s, Schema)}
+    from headprobe.metrics import METRICS  # and every metric's tables, those made by a function too
+
+    schemas |= {s.table: s for m in METRICS.values() for s in m.tables}
     assert {"entropy", "retrieval", "analysis_summary", "ruler_scores", "shortctx_items"} <= set(schemas)
     docs = (ROOT / "docs" / "results.md").read_text()
     for table, schema in schemas.items():

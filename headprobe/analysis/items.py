@@ -81,8 +81,15 @@ def decode_items(
     model: HookedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
 ) -> Frames:
     """One needle prompt, decoded as sample number ``sample``: the metric's per-sample tables."""
-    frames = metric.decode(model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span, s.needle_reach))
+    frames = metric.decode(
+        model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span, s.needle_reach, s.seed)
+    )
     return {table: _tag(frame, length=length) for table, frame in frames.items()}
+
+
+def missing(frames: Frames) -> list[str]:
+    """Why a sample has no number, from its per-sample tables' ``missing`` column (none when it has one)."""
+    return sorted({why for frame in frames.values() if "missing" in frame for why in frame["missing"] if why})
 
 
 def combine(metric: DecodeMetric, length: int, frames: Frames) -> Frames:

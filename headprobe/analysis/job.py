@@ -44,6 +44,7 @@ from headprobe.jobs.parts import Parts, check_parts
 from headprobe.jobs.provenance import table_meta, write_results
 from headprobe.jobs.record import RunReport
 from headprobe.metrics import DecodeMetric, Metric, PassMetric
+from headprobe.metrics.agreement import DEFINITION_NAMES, HEAD_AGREEMENT, head_agreement
 from headprobe.metrics.retrieval import forced_answer
 from headprobe.results import Schema
 from headprobe.text.needles import NeedleError, needle_prompt, needle_set
@@ -218,6 +219,8 @@ class AnalyzeJob(Job[AnalyzeSettings]):
                 progress.describe(f"{name} {names} @ {item.length:,}, sample {item.sample + 1}/{settings.samples}")
                 prompt = prompts(item.length)[item.sample]
                 frames = items.decode_items(model, item.length, settings, item.metric, prompt, item.sample)
+                for why in items.missing(frames):
+                    progress.log(f"{name} {item.metric.name} @ {item.length} sample {item.sample}: no number, {why}")
                 write(item.metric, item.length, item.sample, frames)
                 return
             progress.describe(f"{name} {names} @ {item.length:,}")
@@ -265,6 +268,9 @@ def write_tables(
     summary = summarize(name, tables, list(held))
     schemas = [schema for m in held for schema in m.tables]
     tables_written = [*((t, tables[t.table]) for t in schemas), (ANALYSIS_SUMMARY, summary)]
+    defined = {n: tables[n] for n in DEFINITION_NAMES if n in tables}
+    if len(defined) >= 2:  # two definitions or more: how far they agree
+        tables_written.append((HEAD_AGREEMENT, head_agreement(defined)))
     write_results(folder, name, path, folder_settings(settings, held, parts), tables_written, facts=model.facts())
     return summary
 

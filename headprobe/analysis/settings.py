@@ -18,7 +18,19 @@ if TYPE_CHECKING:
 
 # the metric registry's names (headprobe.metrics.METRICS; a test holds them equal), known without importing the
 # metrics (and torch), so that the command line builds its options quickly; and those computed by default
-METRIC_NAMES = ("retrieval", "needle_margin", "entropy", "reordering", "erank")
+METRIC_NAMES = (
+    "retrieval",
+    "needle_margin",
+    "retrieval_forced",
+    "needle_mass",
+    "query_focus",
+    "echo",
+    "induction",
+    "logit_contrib",
+    "entropy",
+    "reordering",
+    "erank",
+)
 DEFAULT_METRICS = ("retrieval", "entropy", "reordering", "erank")
 
 MIN_LENGTH = 16

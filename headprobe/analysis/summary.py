@@ -14,6 +14,9 @@ retrieval      ``retrieval_heads`` (score >= threshold), ``heads``, ``fraction``
                ``forced_mass`` (mean over the heads), ``reading_heads`` (``forced_mass`` >= 0.1: needle-reading
                heads) and ``reading_fraction`` per layer type and ``all``
 erank          ``erank`` (uncentred) and ``erank_centered`` per layer (``layer_type`` of that layer)
+definitions    (``retrieval_forced``, ``needle_mass``, ``query_focus``, ``echo``, ``induction``, ``logit_contrib``)
+               ``mean`` and ``max`` of ``value`` per layer type and ``all``; ``n_scored``, ``n_samples``,
+               ``top_layer`` and ``top_head`` (the head of largest value; NaN when no sample was scored) (``all``)
 =============  =========================================================================================
 """
 

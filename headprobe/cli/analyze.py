@@ -54,8 +54,9 @@ def analyze(
     for name, summary in report.results.items():
         folder = out / name
         typer.echo(f"{name}: {folder}")
+        width = max(10, *(len(m) for m in summary["metric"]))
         for (metric, length), part in summary.groupby(["metric", "length"], sort=False):
-            typer.echo(f"  {metric:10s} L={length:>7}: {METRICS[metric].headline(part)}")
+            typer.echo(f"  {metric:{width}s} L={length:>7}: {METRICS[metric].headline(part)}")
         for line in retrieval_diagnoses(folder, settings.needles):
             typer.echo(f"  {line}")
     for name, message in report.errors.items():

@@ -22,10 +22,13 @@ def show(
     metric: Annotated[
         str | None,
         typer.Option(
-            help="comma list of retrieval, entropy, reordering, erank, ruler, shortctx, ablation (default: all)"
+            help="comma list of retrieval, needle_margin, entropy, reordering, erank, ruler, shortctx, ablation, "
+            "graft, definitions, head_agreement, verdicts (default: all)"
         ),
     ] = None,
-    top: Annotated[int, typer.Option(help="retrieval heads listed per checkpoint"), Range(minimum=1)] = 10,
+    top: Annotated[
+        int, typer.Option(help="heads listed per checkpoint (retrieval, needle_margin, definitions)"), Range(minimum=1)
+    ] = 10,
 ) -> None:
     """Print what a results folder holds as small tables, checkpoints side by side: the top retrieval
     heads, retrieval-head counts and per-layer-type means, RULER-style scores, short-context accuracy. No

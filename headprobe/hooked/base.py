@@ -209,6 +209,16 @@ class HookedModel:
         """Next-token logits ``[batch, seq, vocab]`` of a plain forward pass (no hooks)."""
         raise NotImplementedError
 
+    def output_projection(self, layer: int) -> Tensor:
+        """Layer ``layer``'s output projection ``W_O [d_model, heads * v_dim]``: head ``h`` writes
+        ``W_O[:, h * v_dim : (h + 1) * v_dim] @ z_h`` into the residual stream (``z_h`` its output ``[v_dim]``)."""
+        raise NotImplementedError
+
+    def unembedding(self) -> Tensor:
+        """The unembedding ``W_U [vocab, d_model]`` (the ``lm_head`` weight; the embedding when tied), before which
+        the final norm is applied in a forward pass."""
+        raise NotImplementedError
+
     def kv_cache_bytes(self, tokens: int) -> int:
         """Bytes of one sequence's KV cache after ``tokens`` tokens (:func:`headprobe.model.budget.kv_cache_bytes`)."""
         return kv_cache_bytes(self.layers, tokens, self.bytes_per_value)

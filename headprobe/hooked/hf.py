@@ -225,6 +225,18 @@ class HFModel(HookedModel):
     def logits(self, input_ids: Tensor) -> Tensor:
         return self.hf(input_ids=input_ids.to(self.device), use_cache=False, **self._context(0)).logits
 
+    def output_projection(self, layer: int) -> Tensor:
+        attn = self._decoder_layers[layer].self_attn
+        proj = getattr(attn, "o_proj", None)
+        if proj is None:
+            raise ModelLoadError(
+                f"{self.name}: layer {layer} has no `self_attn.o_proj` (Llama/Qwen/Mistral/Gemma layout)"
+            )
+        return proj.weight
+
+    def unembedding(self) -> Tensor:
+        return self.hf.get_output_embeddings().weight
+
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.hf.parameters()
 

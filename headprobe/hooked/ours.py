@@ -61,6 +61,12 @@ class HeadprobeModel(HookedModel):
     def logits(self, input_ids: Tensor) -> Tensor:
         return self.model(input_ids.to(self.device))
 
+    def output_projection(self, layer: int) -> Tensor:
+        return self.model.blocks[layer].attn.o_proj.weight
+
+    def unembedding(self) -> Tensor:
+        return self.model.lm_head.weight
+
     def parameters(self) -> Iterator[torch.nn.Parameter]:
         return self.model.parameters()
 

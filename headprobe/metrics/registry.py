@@ -20,9 +20,23 @@ import pandas as pd
 from headprobe.core.errors import SettingError
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
+from headprobe.metrics.definitions import (
+    Scored,
+    definition_headline,
+    definition_rows,
+    forced_copy,
+    head_schema,
+    head_table,
+    sample_frame,
+    samples_schema,
+)
 from headprobe.metrics.erank import ERANK, ErankCollector
+from headprobe.metrics.headkv import needle_mass_sample
+from headprobe.metrics.locos import logit_contrib_sample
 from headprobe.metrics.margin import NEEDLE_MARGIN, margin_headline, margin_sample, margin_summary
 from headprobe.metrics.passes import Collector
+from headprobe.metrics.qrhead import query_focus_sample
+from headprobe.metrics.razor import razor_sample
 from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_COPIES, RETRIEVAL_SAMPLES, combine_samples, sample_tables
 from headprobe.metrics.summaries import (
     SummaryRow,
@@ -34,7 +48,7 @@ from headprobe.metrics.summaries import (
     retrieval_rows,
 )
 from headprobe.model.config import LayerInfo
-from headprobe.results import Schema
+from headprobe.results import Column, Schema
 from headprobe.text.needles import NeedlePrompt
 
 
@@ -77,11 +91,13 @@ class DecodeOptions:
         max_new_tokens: the decoding budget per prompt.
         span: which answer span a copy must land in (:class:`headprobe.metrics.retrieval.Span`).
         needle_reach: prompt tokens after the span that the teacher-forced mass counts too.
+        seed: the analysis' seed (the random sequences of ``echo`` and ``induction``).
     """
 
     max_new_tokens: int = 50
     span: str = "exact"
     needle_reach: int = 0
+    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,6 +132,81 @@ class DecodeMetric:
 
 
 Metric = PassMetric | DecodeMetric
+
+Score = Callable[[HookedModel, NeedlePrompt, int, DecodeOptions], Scored]  # (model, prompt, sample, options)
+NEEDLE_SETTINGS = ("needles", "retrieval_span", "prompt_format", "needle_reach")  # what makes and reads a needle
+
+
+def definition(
+    name: str, value: str, settings: tuple[str, ...], score: Score, description: str, extra: tuple[Column, ...] = ()
+) -> DecodeMetric:
+    """A retrieval-head definition (:mod:`headprobe.metrics.definitions`) as a metric: ``score`` gives one sample's
+    numbers of every head (``value``, described by ``value``, and the ``extra`` columns); its tables are
+    ``<name>_samples`` and ``<name>``."""
+    columns = ["value", *(c.name for c in extra)]
+    samples, heads = samples_schema(name, value, extra), head_schema(name, value, extra)
+    return DecodeMetric(
+        name,
+        (heads, samples),
+        (samples,),
+        settings,
+        lambda model, prompt, sample, options: {
+            samples.table: sample_frame(model.layers, score(model, prompt, sample, options), columns, sample)
+        },
+        lambda frames: {heads.table: head_table(frames[samples.table], columns)},
+        definition_rows,
+        definition_headline,
+        description,
+        generates=False,
+    )
+
+
+DEFINITIONS: tuple[DecodeMetric, ...] = (
+    definition(
+        "retrieval_forced",
+        "Wu's copy score at the teacher-forced answer steps (copies / answer-span length)",
+        NEEDLE_SETTINGS,
+        lambda model, prompt, sample, options: forced_copy(model, prompt, options),
+        "Wu et al.'s rule at the teacher-forced answer steps: every model has a number",
+        (Column("set_value", "float", "its set form: span tokens copied at least once / span length (0-1)"),),
+    ),
+    definition(
+        "needle_mass",
+        "HeadKV's score: top-|N| attention mass on the needle N summed over the forced answer steps, over |N|",
+        NEEDLE_SETTINGS,
+        lambda model, prompt, sample, options: needle_mass_sample(model, prompt, options),
+        "HeadKV's retrieval-reasoning score: top-k attention mass on the needle at the forced answer steps",
+    ),
+    definition(
+        "query_focus",
+        "QRHead's score: the question's attention to the needle sentence minus a null question's, outliers cut",
+        ("needles", "prompt_format", "needle_reach"),
+        lambda model, prompt, sample, options: query_focus_sample(model, prompt, options),
+        "QRHead's query-focused score: the question's attention to the needle, calibrated by a null question",
+    ),
+    definition(
+        "echo",
+        "RazorAttention's echo score: attention to earlier copies of the row's token (0-1)",
+        (),
+        lambda model, prompt, sample, options: razor_sample(model, prompt, options, sample, 0),
+        "RazorAttention's echo score on four copies of a random sequence",
+    ),
+    definition(
+        "induction",
+        "RazorAttention's induction score: attention to the token after earlier copies of the row's token (0-1)",
+        (),
+        lambda model, prompt, sample, options: razor_sample(model, prompt, options, sample, 1),
+        "RazorAttention's induction score on four copies of a random sequence",
+    ),
+    definition(
+        "logit_contrib",
+        "LOCOS's score: the answer logit the head sends from the needle minus from the rest, scaled to the needle's "
+        "size, mean over the forced answer steps (logits)",
+        NEEDLE_SETTINGS,
+        lambda model, prompt, sample, options: logit_contrib_sample(model, prompt, options),
+        "LOCOS's logit contribution of the needle against the rest at the forced answer steps",
+    ),
+)
 
 METRICS: dict[str, Metric] = {
     m.name: m
@@ -153,6 +244,7 @@ METRICS: dict[str, Metric] = {
             "at the teacher-forced answer steps",
             generates=False,
         ),
+        *DEFINITIONS,
         PassMetric(
             "entropy",
             (ENTROPY,),

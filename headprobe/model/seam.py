@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import Tensor
 
@@ -43,6 +43,8 @@ class AttentionCall:
         key_start: absolute position of ``k[:, :, 0]``; query ``i`` sits at absolute position
             ``key_start + k_len - q_len + i`` (the bottom-right convention of :mod:`headprobe.model.masks`).
         padding: left padding of a batched decode step (rows of different lengths); ``None`` otherwise.
+        v: the values ``[batch, kv_heads, k_len, v_dim]`` (cached values first), as hooks see the call (the
+            seam adds them; ``None`` on a call not yet handed to the seam).
     """
 
     layer: int
@@ -53,6 +55,7 @@ class AttentionCall:
     scale: float
     key_start: int
     padding: KeyPadding | None = None
+    v: Tensor | None = None
 
     @property
     def mask(self) -> CausalMask:
@@ -111,8 +114,9 @@ class Seam:
         if self._hooks:
             if call.padding is not None:
                 raise SeamError("hooks see one unpadded sequence: decode hooked samples one at a time")
+            seen = replace(call, v=v)
             for hook in list(self._hooks):
-                hook(call)
+                hook(seen)
         out = attention(
             call.q,
             call.k,

@@ -161,6 +161,9 @@ class NeedlePrompt:
     haystack: str
     text: str = ""  # what ``ids`` encode (after the model's prompt start)
     prompt_format: str = PLAIN.format  # the wrapper's format: plain, chat or custom
+    sentence: tuple[int, int] = (-1, -1)  # ``[start, end)`` tokens of the whole inserted needle sentence
+    query_start: int = -1  # the first token of the question part (the needle's ``prompt``), which runs to the end
+    question: tuple[int, int] = (-1, -1)  # ``[start, end)`` characters of the question in ``text`` (-1: not in it)
 
     @property
     def length(self) -> int:
@@ -225,10 +228,29 @@ def needle_prompt(
         lo, hi = (mid, hi) if count(mid) <= length else (lo, mid - 1)
     text, at = build(lo)
     ids, offsets = tokenizer.encode_offsets(text)
-    a = at + len(needle.before)
-    b = a + len(needle.answer)
-    span = [j for j, (s, e) in enumerate(offsets) if s < b and e > a]
+    span = _tokens_over(offsets, at + len(needle.before), at + len(needle.before) + len(needle.answer))
+    whole = _tokens_over(offsets, at, at + len(needle.sentence))
+    asked = len(text) - len(prefix) - len(wrapper.after) - len(suffix)  # where the question part begins
+    query = next((j for j, (_, e) in enumerate(offsets) if e > asked), len(ids))
     source = "builtin:prose" if not files else ",".join(str(f) for f in files)
     return NeedlePrompt(
-        bos + ids, len(bos) + span[0], len(bos) + span[-1] + 1, needle, depth, source, text, wrapper.format
-    )
+        bos + ids, len(bos) + span[0], len(bos) + span[1], needle, depth, source, text, wrapper.format,
+        (len(bos) + whole[0], len(bos) + whole[1]), len(bos) + query, question_chars(needle, asked),
+    )  # fmt: skip
+
+
+def _tokens_over(offsets: Sequence[tuple[int, int]], a: int, b: int) -> tuple[int, int]:
+    """``[first, last + 1)`` of the tokens whose characters overlap ``[a, b)``."""
+    over = [j for j, (s, e) in enumerate(offsets) if s < b and e > a]
+    return over[0], over[-1] + 1
+
+
+def question_chars(needle: Needle, asked: int) -> tuple[int, int]:
+    """``[start, end)`` characters of ``needle``'s question in a prompt whose question part (``needle.prompt``
+    formatted) begins at character ``asked``; ``(-1, -1)`` when the part holds no question (a needle file's
+    ``prompt`` without ``{question}``, or an empty question)."""
+    head, slot, _ = needle.prompt.partition("{question}")
+    if not slot or not needle.question.strip():
+        return -1, -1
+    start = asked + len(head.format())
+    return start, start + len(needle.question)
