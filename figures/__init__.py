@@ -13,6 +13,7 @@ from __future__ import annotations
 from figures import (
     ablation,
     attention_entropy,
+    definition_ablation,
     effective_rank,
     frozen_cpt,
     graft,
@@ -66,6 +67,7 @@ MODEL_SPECS: tuple[Spec, ...] = tuple(
         retrieval_steps,
         model_ruler,
         ablation,
+        definition_ablation,
         graft,
     )
 )

@@ -244,6 +244,10 @@ def tiny_ckpt(tmp_path_factory):
         (["--heads", "1.0", "--tasks", "needle,vt"], "--tasks vt: choose among needle, niah_single_1"),
         (["--heads", "1.0", "--modes", "half"], "unknown ablation mode 'half'"),
         (["--heads", "1.0", "--depths", "50,120"], "--depths: give a value from 0 to 100, got 120.0"),
+        (["--heads", "top:3", "--from", "{tmp}", "--score", "needle_mass"],
+         "holds no needle_mass table (`headprobe analyze --metrics needle_mass` writes it); run `headprobe analyze"),
+        (["--heads", "top:3", "--from", "{tmp}", "--score", "wu"],
+         "--score wu: choose among retrieval, retrieval_forced, needle_mass, query_focus, echo, induction"),
     ],
 )
 def test_ablate_refuses_bad_inputs_before_any_work(tmp_path, tiny_ckpt, args, message):
@@ -276,3 +280,37 @@ def test_ablate_runs_resumes_and_shows(tmp_path, tiny_ckpt, monkeypatch):
     assert CliRunner().invoke(app, args).exit_code == 0  # every part done: nothing decodes
     shown = CliRunner().invoke(app, ["show", str(out), "--metric", "ablation"])
     assert shown.exit_code == 0 and "needle accuracy with heads ablated" in shown.output
+
+
+def _definition_folder(folder, name: str, scores: dict[tuple[int, int], float], model: str = "m") -> None:
+    rows = [{"model": model, "layer": layer, "head": head, "layer_type": "full", "value": v, "length": 256}
+            for (layer, head), v in scores.items()]  # fmt: skip
+    write_table(folder / model / f"{name}.parquet", pd.DataFrame(rows), TableMeta(name, model))
+
+
+def test_top_sets_by_other_definitions_are_their_own_conditions_beside_one_random_control(tmp_path):
+    """Two definitions rank the same 8 heads differently; each top:2 is its own condition (``top:<definition>``),
+    and the random sets avoid both top sets (no retrieval-head threshold on these scales: negative scores and
+    zeros are merely not ranked)."""
+    every = [Head(layer, head) for layer in range(2) for head in range(4)]
+    mass = {(h.layer, h.head): 0.0 for h in every} | {(1, 2): 0.6, (0, 1): 0.3, (1, 3): 0.01}
+    logit = {(h.layer, h.head): -0.5 for h in every} | {(0, 0): 2.0, (1, 2): 1.5}
+    _definition_folder(tmp_path, "needle_mass", mass)
+    _definition_folder(tmp_path, "logit_contrib", logit)
+    rankings = [ranked_heads(tmp_path, None, "m", name) for name in ("needle_mass", "logit_contrib")]
+    assert rankings[0].heads == [Head(1, 2), Head(0, 1), Head(1, 3)] and rankings[0].retrieval_heads == set()
+    assert rankings[1].heads == [Head(0, 0), Head(1, 2)] and rankings[1].score == "logit_contrib"
+    s = AblateSettings(heads=["top:2", "random:3"], seeds=[0, 1], from_results=str(tmp_path),
+                       score=["needle_mass", "logit_contrib"])  # fmt: skip
+    runs = conditions(s, every, *rankings)
+    assert [c.label for c in runs] == ["baseline", "top-needle_mass2-zero", "top-logit_contrib2-zero",
+                                       "random3-zero-s0", "random3-zero-s1"]  # fmt: skip
+    assert runs[1].condition == "top:needle_mass" and set(runs[1].heads) == {Head(1, 2), Head(0, 1)}
+    assert runs[2].condition == "top:logit_contrib" and set(runs[2].heads) == {Head(0, 0), Head(1, 2)}
+    tops = {Head(1, 2), Head(0, 1), Head(0, 0)}
+    assert all(not set(c.heads) & tops for c in runs[3:])
+    with pytest.raises(AblateError, match=r"top:3: only 2 heads of m in .* score above 0 by logit_contrib; ask for"):
+        conditions(AblateSettings(heads=["top:3"], score=["logit_contrib"]), every, rankings[1])
+    _definition_folder(tmp_path / "none", "query_focus", {(0, 0): math.nan})
+    with pytest.raises(AblateError, match=r"scores no head: no sample had a number .*query_focus_samples"):
+        ranked_heads(tmp_path / "none", None, "m", "query_focus")

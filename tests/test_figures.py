@@ -333,7 +333,7 @@ def test_short_context_table(results):
 
 MODEL_FIGURES = {
     "model_retrieval_heads", "model_layers", "needle_margin", "head_agreement", "retrieval_steps", "model_ruler",
-    "ablation", "graft"
+    "ablation", "definition_ablation", "graft"
 }  # fmt: skip
 
 
@@ -763,11 +763,8 @@ def test_the_docs_gallery_draws_the_per_model_figures_from_another_folder(result
     main([str(results), "--docs", str(tmp_path / "docs"), "--also", str(analyzed), "--also-command", "analyze x"])
     page = (tmp_path / "docs" / "figures.md").read_text()
     titles = [line[3:] for line in page.splitlines() if line.startswith("## ")]
-    drawn = [
-        s.title
-        for s in figures.SPECS
-        if s.name not in {"model_ruler", "needle_margin", "retrieval_steps", "ablation", "graft"}
-    ]
+    elsewhere = {"model_ruler", "needle_margin", "head_agreement", "retrieval_steps", "ablation", "definition_ablation"}
+    drawn = [s.title for s in figures.SPECS if s.name not in elsewhere | {"graft"}]
     assert titles == [*drawn, "Not drawn"] and "here from analyze x." in page
     assert (tmp_path / "docs" / "img" / "model_retrieval_heads.png").is_file()
     assert "Reads `retrieval` (headprobe analyze)." in page and "Reads `study_heads` (headprobe study)" in page
@@ -930,3 +927,45 @@ def test_head_agreement_draws_each_pairs_spearman_and_the_least_agreeing_pairs_s
     assert dots.get_offsets().tolist() == [[0.1, 0.5], [0.4, 0.1], [0.3, 0.2], [0.2, 0.3]]
     assert scatter_ax.get_xlabel() == "needle_mass" and scatter_ax.get_ylabel() == "echo"
     plt.close(fig)
+
+
+def test_definition_ablation_bars_each_definitions_drop_beside_the_random_band(tmp_path):
+    from figures import definition_ablation
+
+    # eps, sets of 2 zero-ablated, two depths of 2 prompts each: baseline (1.0 + 0.5) / 2 = 0.75; Wu's top set 0.25
+    # (drop 0.5), needle_mass's (0.75 + 0.25) / 2 = 0.5 (drop 0.25); random seeds 0.75 and 0.5 (drops 0 and 0.25)
+    rows = []
+    for condition, seed, acc in [("baseline", -1, (1.0, 0.5)), ("top", -1, (0.25, 0.25)),
+                                 ("top:needle_mass", -1, (0.75, 0.25)), ("random", 0, (1.0, 0.5)),
+                                 ("random", 1, (0.5, 0.5))]:  # fmt: skip
+        for depth, a in zip((0.0, 100.0), acc, strict=True):
+            rows.append(
+                {
+                    "model": "eps",
+                    "condition": condition,
+                    "mode": "none" if seed == -1 and condition == "baseline" else "zero",
+                    "heads": "",
+                    "n_heads": 0 if condition == "baseline" else 2,
+                    "seed": seed,
+                    "task": "needle",
+                    "length": 512,
+                    "depth": depth,
+                    "accuracy": a,
+                    "n": 2,
+                }
+            )
+    _model_table(tmp_path, "eps", "ablation", rows)
+    fig = definition_ablation.build(Results(tmp_path))
+    (ax,) = fig.axes
+    bars = [p.get_height() for p in ax.patches if p.get_width() < 1.5]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["retrieval", "needle_mass"]  # largest drop first
+    assert bars[:2] == pytest.approx([0.5, 0.25])
+    band = [p for p in ax.patches if p.get_width() >= 1.5 or p.get_label().startswith("random")]
+    assert band and "baseline 0.75" in ax.get_title()
+    (mean,) = [line for line in ax.get_lines() if line.get_label() == "random mean"]
+    assert mean.get_ydata()[0] == pytest.approx(0.125)  # drops 0 and 0.25
+    plt.close(fig)
+    only = tmp_path / "only"
+    _model_table(only, "eps", "ablation", [r for r in rows if r["condition"] != "top:needle_mass"])
+    with pytest.raises(MissingInput, match="ranks top sets by one definition"):
+        definition_ablation.build(Results(only))

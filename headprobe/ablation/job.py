@@ -29,6 +29,7 @@ import torch
 
 from headprobe.ablation.settings import (
     NEEDLE_TASK,
+    WU_SCORES,
     AblateSettings,
     Condition,
     Ranking,
@@ -58,7 +59,12 @@ from headprobe.text.needles import needle_prompt, needle_set
 from headprobe.text.prompt_format import Wrapper
 
 CONDITION_COLUMNS = (
-    Column("condition", "str", "baseline, top (the top retrieval heads), random (a random set) or heads (named)"),
+    Column(
+        "condition",
+        "str",
+        "baseline, top (the top retrieval heads by Wu's score), top:<definition> (the top heads by another head "
+        "definition: top:needle_mass, ...), random (a random set) or heads (named)",
+    ),
     Column("mode", "str", "none (baseline), zero or mean"),
     Column("heads", "str", "the heads ablated, LAYER.HEAD comma-joined ('' for the baseline)"),
     Column("n_heads", "int", "how many heads were ablated"),
@@ -181,7 +187,7 @@ class AblateJob(Job[AblateSettings]):
 
     def __init__(self, settings: AblateSettings) -> None:
         super().__init__(settings)
-        self.rankings: dict[Path, Ranking | None] = {}
+        self.rankings: dict[Path, list[Ranking]] = {}
 
     def reads(self) -> list[str | Path | None]:
         return [self.settings.from_results, self.settings.needles]
@@ -190,28 +196,33 @@ class AblateJob(Job[AblateSettings]):
         super().prepare(checkpoints)
         s = self.settings
         for path in checkpoints:
-            ranking = ranked_heads(s.from_results, path, checkpoint_name(path)) if s.from_results else None
-            check_tops(s, ranking)
-            self.rankings[path] = ranking
+            held = s.from_results
+            self.rankings[path] = [ranked_heads(held, path, checkpoint_name(path), n) for n in s.score] if held else []
+            for ranking in self.rankings[path]:
+                check_tops(s, ranking)
 
     def plan(self, target: Target, env: Env) -> Plan[Item]:
         """Every condition x task x length of one model not finished earlier (the prompts made once, the
         same for every condition); it finishes with the model's ``ablation`` table."""
         s, progress, name, path, folder = self.settings, env.progress, target.name, target.path, target.folder
-        ranking = self.rankings.get(path)
-        if ranking is not None and ranking.model != name:
-            progress.log(f"{name}: ranking heads by the retrieval scores of {ranking.model} in {s.from_results}")
-        for k in sorted({int(k) for kind, k in map(parse_spec, s.heads) if kind == "top"}):  # type: ignore[call-overload]
-            if ranking is not None and (weak := ranking.below_threshold(k)):
+        rankings = self.rankings.get(path, [])
+        for ranking in rankings:
+            if ranking.model != name:
                 progress.log(
-                    f"{name}: top:{k} holds {weak} heads scoring below the retrieval-head threshold "
-                    f"{RETRIEVAL_THRESHOLD} (only {len(ranking.retrieval_heads)} of its heads are retrieval heads)"
+                    f"{name}: ranking heads by the {ranking.score} scores of {ranking.model} in {s.from_results}"
                 )
+            for k in sorted({int(k) for kind, k in map(parse_spec, s.heads) if kind == "top"}):  # type: ignore[call-overload]
+                if ranking.score in WU_SCORES and (weak := ranking.below_threshold(k)):
+                    progress.log(
+                        f"{name}: top:{k} by {ranking.score} holds {weak} heads scoring below the retrieval-head "
+                        f"threshold {RETRIEVAL_THRESHOLD} (only {len(ranking.retrieval_heads)} of its heads are "
+                        "retrieval heads)"
+                    )
         model = load_model(path, device=env.device, dtype=parse_dtype(s.dtype), log=progress.log)
         every = [Head(info.index, h) for info in model.layers for h in range(info.n_heads)]
-        if ranking is not None:  # a table of another model's shape is refused before any head is chosen from it
+        for ranking in rankings:  # a table of another model's shape is refused before any head is chosen from it
             ranking.check_fits(model.layers, name, path)
-        runs = conditions(s, every, ranking)
+        runs = conditions(s, every, *rankings)
         for c in runs:  # heads the model lacks (named ones, or a table of another model) fail before any decoding
             check_heads(c.heads, model.layers, name)
         wrapper = model.prompt_wrapper(s.prompt_format)

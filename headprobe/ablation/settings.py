@@ -3,15 +3,18 @@
 Head sets (``heads``), each ablated in every ``mode``:
 
 ==============  ==========================================================================================
-``top:K``       the K heads with the highest retrieval score in ``from_results`` (an ``analyze`` output of
-                this very checkpoint; the mean over its lengths). Heads that never copied the needle
-                (score 0, or unscored) are not ranked: a K beyond the heads that did is refused, and the
-                run says how many of the K score below the retrieval-head threshold
+``top:K``       the K heads with the highest score in ``from_results`` (an ``analyze`` output of this very
+                checkpoint; the mean over its lengths), by each retrieval-head definition of ``score``
+                (Wu's ``retrieval`` by default; any of ``headprobe.metrics.agreement.DEFINITION_NAMES``).
+                Heads scoring 0 or less (or unscored) are not ranked: a K beyond the heads that score is
+                refused, and for Wu's score the run says how many of the K are below the retrieval-head
+                threshold. A top set of another definition than Wu's is the condition ``top:<score>``
 ``random:K``    K heads drawn per seed in ``seeds``, uniformly among the model's heads that are not
-                retrieval heads: outside every ``top`` set of the run and, with ``from_results``, scoring
-                below the retrieval-head threshold (0.1) there. The control: as many heads, none of
-                which retrieves (heads ranked just below a top set often retrieve too; drawing them
-                would test the retrieval heads again)
+                retrieval heads: outside every ``top`` set of the run (of every ``score``) and, with Wu's
+                score (or its teacher-forced form) among them, scoring below the retrieval-head threshold
+                (0.1) there. The control: as many heads, none of which retrieves (heads ranked just below
+                a top set often retrieve too; drawing them would test the retrieval heads again); one
+                control for every definition's top sets
 ``L.H,L.H``     these heads (layer.head, both from 0)
 ==============  ==========================================================================================
 
@@ -67,7 +70,7 @@ class Condition:
     @property
     def label(self) -> str:
         """A file-name-safe name unique among a run's conditions, e.g. ``baseline``, ``top10-zero``,
-        ``random10-zero-s2``, ``heads-17.3_18.7-mean``."""
+        ``top-needle_mass10-zero``, ``random10-zero-s2``, ``heads-17.3_18.7-mean``."""
         from headprobe.hooked.ablation import format_heads
 
         if self.condition == "baseline":
@@ -75,7 +78,7 @@ class Condition:
         what = (
             f"heads-{format_heads(self.heads).replace(',', '_')}"
             if self.condition == "heads"
-            else (f"{self.condition}{len(self.heads)}")
+            else (f"{self.condition.replace(':', '-')}{len(self.heads)}")
         )
         return "-".join([what, self.mode, *([f"s{self.seed}"] if self.seed >= 0 else [])])
 
@@ -100,7 +103,9 @@ class AblateSettings:
 
     Attributes:
         heads: head sets (see the module docstring): ``top:K``, ``random:K``, ``L.H,L.H``.
-        from_results: the ``analyze`` output whose ``retrieval`` table ranks the heads for ``top`` sets.
+        from_results: the ``analyze`` output whose tables rank the heads for ``top`` sets.
+        score: the retrieval-head definitions (their tables in ``from_results``) that rank the ``top`` sets, one
+            set per definition.
         modes: ``zero`` and/or ``mean`` (:class:`headprobe.hooked.ablation.AblationMode`).
         seeds: the seeds that draw the ``random`` sets (one set per seed).
         tasks: ``needle`` (the analyze needles) and/or RULER-style ``niah_*`` tasks.
@@ -125,6 +130,12 @@ class AblateSettings:
     )
     from_results: str | None = setting(
         None, help="a `headprobe analyze --metrics retrieval` output: ranks heads for top:K", flag="--from", form="path"
+    )
+    score: list[str] = setting(
+        factory=lambda: ["retrieval"],
+        help="comma list of the head definitions whose tables in `from_results` rank top:K, one top set each: "
+        "retrieval (Wu's), retrieval_forced, needle_mass, query_focus, echo, induction, logit_contrib",
+        form="names",
     )
     modes: list[str] = setting(
         factory=lambda: ["zero"], help="comma list of zero (the head writes nothing) | mean (its mean)", form="names"
@@ -195,6 +206,11 @@ class AblateSettings:
             raise AblateError(repeated)
         if NEEDLE_TASK in self.tasks and not self.depths:
             raise AblateError("no `depths`: give needle depths in percent, from 0 to 100")
+        from headprobe.metrics.agreement import DEFINITION_NAMES
+
+        unknown = [name for name in self.score if name not in DEFINITION_NAMES]
+        if unknown or not self.score:
+            raise AblateError(f"`score` {', '.join(unknown) or 'none'}: choose among {', '.join(DEFINITION_NAMES)}")
         if self.from_results and not Path(self.from_results).is_dir():
             raise AblateError(f"`from_results` {self.from_results} is not a folder; give an analyze output folder")
 
@@ -222,24 +238,37 @@ def parse_spec(spec: str) -> tuple[str, int | list[Head]]:
     return "heads", parse_heads(spec)
 
 
+WU_SCORES = ("retrieval", "retrieval_forced")  # the definitions the retrieval-head threshold (0.1) is made for
+
+
+def top_condition(score: str) -> str:
+    """The ``condition`` of a top set ranked by ``score``: ``top`` for Wu's (as before there were others),
+    ``top:<score>`` for another definition."""
+    return "top" if score == "retrieval" else f"top:{score}"
+
+
 @dataclass(frozen=True)
 class Ranking:
-    """The heads of one model by retrieval score: ``heads`` from the highest mean score (over the table's
-    lengths) down, ties by layer then head, heads that never copied the needle (score 0, or unscored) left
-    out; ``scores`` by head; ``model``: whose table it was; ``folder``: where it was read; ``shape``: the
-    heads of each layer of the model the table describes (every head it holds a row of, scored or not)."""
+    """The heads of one model by one definition's score: ``heads`` from the highest mean score (over the
+    table's lengths) down, ties by layer then head, heads scoring 0 or less (or unscored) left out; ``scores``
+    by head; ``model``: whose table it was; ``folder``: where it was read; ``shape``: the heads of each layer of
+    the model the table describes (every head it holds a row of, scored or not); ``score``: the definition."""
 
     heads: list[Head]
     scores: dict[Head, float]
     model: str
     folder: str = ""
     shape: tuple[int, ...] = ()
+    score: str = "retrieval"
 
     @property
     def retrieval_heads(self) -> set[Head]:
-        """Heads at or above the retrieval-head threshold (the study's rule, docs/metrics.md)."""
+        """Heads at or above the retrieval-head threshold (the study's rule, docs/metrics.md), for Wu's score and
+        its teacher-forced form; none for another definition (its scale has no such threshold)."""
         from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 
+        if self.score not in WU_SCORES:
+            return set()
         return {h for h, v in self.scores.items() if v >= RETRIEVAL_THRESHOLD}
 
     def below_threshold(self, k: int) -> int:
@@ -267,44 +296,52 @@ def describe_shape(heads: Sequence[int]) -> str:
     return f"{len(heads)} layers ({', '.join(map(str, heads))} heads)"
 
 
-def analyze_instead(checkpoint: str | Path | None) -> str:
-    """The fix when ``from_results`` cannot rank a checkpoint's heads: analyze it into a new folder (a results
-    folder holds one command's results, so not into ``from_results`` when another command wrote it), then
-    give that folder."""
+def analyze_instead(checkpoint: str | Path | None, score: str = "retrieval") -> str:
+    """The fix when ``from_results`` cannot rank a checkpoint's heads by ``score``: analyze it into a new folder (a
+    results folder holds one command's results, so not into ``from_results`` when another command wrote it),
+    then give that folder."""
     model = checkpoint or "MODEL"
     return (
-        f"run `headprobe analyze {model} --metrics retrieval --out NEW_FOLDER` (a new folder) and give "
+        f"run `headprobe analyze {model} --metrics {score} --out NEW_FOLDER` (a new folder) and give "
         "`from_results` NEW_FOLDER, or name the heads (LAYER.HEAD,...)"
     )
 
 
-def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: str) -> Ranking:
-    """The :class:`Ranking` of the heads of the checkpoint at ``checkpoint`` (results name ``name``) in
-    ``from_results``' ``retrieval`` tables: those of this checkpoint, by identity
+def ranked_heads(
+    from_results: str | Path, checkpoint: str | Path | None, name: str, score: str = "retrieval"
+) -> Ranking:
+    """The :class:`Ranking` of the heads of the checkpoint at ``checkpoint`` (results name ``name``) by the
+    definition ``score``, from ``from_results``' tables of that name: those of this checkpoint, by identity
     (:func:`headprobe.jobs.provenance.tables_of`: a GGUF file's results serve its converted folder, and back; without a
-    ``checkpoint``, those of ``name``). Raises :class:`AblateError` when there is none, or no sample was
-    kept."""
+    ``checkpoint``, those of ``name``). Raises :class:`AblateError` when there is none, or no sample has a
+    number."""
     from headprobe.hooked.ablation import Head
     from headprobe.jobs.provenance import tables_of
-    from headprobe.metrics.retrieval import retrieval_tries
 
-    found = [t for t in read_tables(from_results, "retrieval", recursive=True) if len(t.frame)]
+    found = [t for t in read_tables(from_results, score, recursive=True) if len(t.frame)]
     if not found:
         raise AblateError(
-            f"`from_results` {from_results} holds no retrieval table (`headprobe analyze --metrics retrieval` "
-            f"writes it); {analyze_instead(checkpoint)}"
+            f"`from_results` {from_results} holds no {score} table (`headprobe analyze --metrics {score}` "
+            f"writes it); {analyze_instead(checkpoint, score)}"
         )
     mine, held = tables_of(found, checkpoint, name)
     if not mine:
         raise AblateError(
-            f"`from_results` {from_results} holds retrieval scores of {held}, not of {name}"
+            f"`from_results` {from_results} holds {score} scores of {held}, not of {name}"
             + (f" ({checkpoint})" if checkpoint else "")
-            + f"; {analyze_instead(checkpoint)}"
+            + f"; {analyze_instead(checkpoint, score)}"
         )
     chosen = mine[0].meta.model or name
     table = pd.concat([t.frame for t in mine], ignore_index=True)
     scores = table.groupby(["layer", "head"])["value"].mean().dropna()
+    if scores.empty and score != "retrieval":
+        raise AblateError(
+            f"the {score} table of {chosen} in {from_results} scores no head: no sample had a number (its "
+            f"{score}_samples table's `missing` column says why); rank by another `score`"
+        )
     if scores.empty:
+        from headprobe.metrics.retrieval import retrieval_tries
+
         facts, settings = mine[0].meta.model_facts or {}, mine[0].meta.settings or {}
         chat, asked = bool(facts.get("chat_template")), str(settings.get("prompt_format"))
         tries = retrieval_tries({"chat" if asked == "auto" and chat else asked}, str(settings.get("needles")), chat)
@@ -316,46 +353,58 @@ def ranked_heads(from_results: str | Path, checkpoint: str | Path | None, name: 
     by_head = {Head(int(layer), int(head)): float(v) for (layer, head), v in order}
     layer_heads = table.groupby("layer")["head"].max()
     shape = tuple(int(layer_heads.get(layer, -1)) + 1 for layer in range(int(layer_heads.index.max()) + 1))
-    return Ranking(list(by_head), by_head, chosen, str(from_results), shape)
+    return Ranking(list(by_head), by_head, chosen, str(from_results), shape, score)
 
 
 def check_tops(s: AblateSettings, ranking: Ranking | None) -> None:
-    """Refuse a ``top:K`` of ``s.heads`` that asks for more heads than copied the needle at all in the
-    ranking's table (the rest would be heads scoring 0, picked by their index, not by any score)."""
+    """Refuse a ``top:K`` of ``s.heads`` that asks for more heads than score above 0 at all in the ranking's table
+    (the rest would be heads scoring 0, picked by their index, not by any score)."""
     from headprobe.metrics.summaries import RETRIEVAL_THRESHOLD
 
     ranked = [] if ranking is None else ranking.heads
+    score = "retrieval" if ranking is None else ranking.score
+    wu = score in WU_SCORES
     for kind, k in (parse_spec(h) for h in s.heads):
-        if kind == "top" and len(ranked) < k:  # type: ignore[operator]
-            where = "" if ranking is None else f" of {ranking.model} in {ranking.folder}"
-            retrieving = 0 if ranking is None else len(ranking.retrieval_heads)
-            raise AblateError(
-                f"`heads` top:{k}: only {len(ranked)} heads{where} copied the needle at all (retrieval score > 0; "
-                f"{retrieving} of them at or above the retrieval-head threshold {RETRIEVAL_THRESHOLD}); ask for "
-                f"top:{len(ranked)} or fewer, or name the heads (LAYER.HEAD,...)"
-                if ranked
-                else f"`heads` top:{k}: no head{where} copied the needle (every retrieval score is 0); name the "
-                "heads (LAYER.HEAD,...) instead"
-            )
+        if kind != "top" or len(ranked) >= k:  # type: ignore[operator]
+            continue
+        where = "" if ranking is None else f" of {ranking.model} in {ranking.folder}"
+        if not ranked:
+            what = "copied the needle (every retrieval score is 0)" if wu else f"scores above 0 by {score}"
+            raise AblateError(f"`heads` top:{k}: no head{where} {what}; name the heads (LAYER.HEAD,...) instead")
+        retrieving = 0 if ranking is None else len(ranking.retrieval_heads)
+        what = (
+            f"copied the needle at all ({score} score > 0; {retrieving} of them at or above the retrieval-head "
+            f"threshold {RETRIEVAL_THRESHOLD})"
+            if wu
+            else f"score above 0 by {score}"
+        )
+        raise AblateError(
+            f"`heads` top:{k}: only {len(ranked)} heads{where} {what}; ask for top:{len(ranked)} or fewer, or name "
+            "the heads (LAYER.HEAD,...)"
+        )
 
 
-def conditions(s: AblateSettings, all_heads: Sequence[Head], ranking: Ranking | None) -> list[Condition]:
-    """The baseline, then every head set of ``s.heads`` in every mode. ``all_heads``: the model's heads;
-    ``ranking``: :func:`ranked_heads` (needed for ``top`` sets, and to keep random sets off retrieval heads)."""
+def conditions(s: AblateSettings, all_heads: Sequence[Head], *rankings: Ranking | None) -> list[Condition]:
+    """The baseline, then every head set of ``s.heads`` in every mode, a ``top`` set per ranking. ``all_heads``:
+    the model's heads; ``rankings``: :func:`ranked_heads` of each ``score`` (needed for ``top`` sets, and to keep
+    random sets off every top set and off Wu's retrieval heads)."""
 
     specs = [parse_spec(h) for h in s.heads]
     tops = [k for kind, k in specs if kind == "top"]
-    ranked = [] if ranking is None else ranking.heads
-    check_tops(s, ranking)
-    excluded = set(ranked[: max(tops, default=0)])  # type: ignore[type-var]
-    if ranking is not None:
-        excluded |= ranking.retrieval_heads
+    ranks = [r for r in rankings if r is not None] or [None]
+    excluded: set[Head] = set()
+    for ranking in ranks:
+        check_tops(s, ranking)
+        if ranking is not None:
+            excluded |= set(ranking.heads[: max(tops, default=0)]) | ranking.retrieval_heads  # type: ignore[type-var]
     pool = sorted(set(all_heads) - excluded)
     out = [BASELINE]
     for mode in s.modes:
         for kind, value in specs:
             if kind == "top":
-                out.append(Condition("top", mode, tuple(ranked[: int(value)])))  # type: ignore[index, arg-type]
+                for ranking in ranks:
+                    heads = tuple([] if ranking is None else ranking.heads[: int(value)])  # type: ignore[arg-type]
+                    out.append(Condition(top_condition("retrieval" if ranking is None else ranking.score), mode, heads))
             elif kind == "random":
                 if len(pool) < int(value):  # type: ignore[arg-type]
                     raise AblateError(f"`heads` random:{value}: only {len(pool)} heads are not retrieval heads")
