@@ -244,10 +244,14 @@ def tiny_ckpt(tmp_path_factory):
         (["--heads", "1.0", "--tasks", "needle,vt"], "--tasks vt: choose among needle, niah_single_1"),
         (["--heads", "1.0", "--modes", "half"], "unknown ablation mode 'half'"),
         (["--heads", "1.0", "--depths", "50,120"], "--depths: give a value from 0 to 100, got 120.0"),
-        (["--heads", "top:3", "--from", "{tmp}", "--score", "needle_mass"],
-         "holds no needle_mass table (`headprobe analyze --metrics needle_mass` writes it); run `headprobe analyze"),
-        (["--heads", "top:3", "--from", "{tmp}", "--score", "wu"],
-         "--score wu: choose among retrieval, retrieval_forced, needle_mass, query_focus, echo, induction"),
+        (
+            ["--heads", "top:3", "--from", "{tmp}", "--score", "needle_mass"],
+            "holds no needle_mass table (`headprobe analyze --metrics needle_mass` writes it); run `headprobe analyze",
+        ),
+        (
+            ["--heads", "top:3", "--from", "{tmp}", "--score", "wu"],
+            "--score wu: choose among retrieval, retrieval_forced, needle_mass, query_focus, echo, induction",
+        ),
     ],
 )
 def test_ablate_refuses_bad_inputs_before_any_work(tmp_path, tiny_ckpt, args, message):

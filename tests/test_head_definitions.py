@@ -16,11 +16,11 @@ from reference import dense_forced, dense_probs, visible
 
 from headprobe.hooked import HeadprobeModel
 from headprobe.metrics import METRICS, DecodeOptions
-from headprobe.metrics.definitions import head_table
-from headprobe.metrics.headkv import needle_mass_sample
-from headprobe.metrics.locos import logit_contrib_sample
-from headprobe.metrics.qrhead import query_focus_sample
-from headprobe.metrics.razor import copy_attention, razor_sample, repeated_ids
+from headprobe.metrics.definitions import head_table, score_sample
+from headprobe.metrics.headkv import needle_mass
+from headprobe.metrics.locos import logit_contrib
+from headprobe.metrics.qrhead import query_focus
+from headprobe.metrics.razor import copy_attention, razor, repeated_ids
 from headprobe.text.needles import ANSWER_PREFIX, CODE_NEEDLES, NEEDLES, Needle, NeedlePrompt, needle_prompt
 
 CONFIG = GQA_SLIDING
@@ -168,7 +168,8 @@ def test_a_hand_built_induction_head_puts_its_top_mass_on_the_needle_and_ties_go
     on the span key holding the next answer token: 4 x 1 / 4. The uniform head's top 4 are its 4 earliest keys (ties),
     of which key 3 is on the needle: (1/11 + 1/12 + 1/13 + 1/14) / 4. In the window of 6, rows 10 and 11 see keys
     5-10 and 6-11: top 4 = 5-8 (2 needle keys, 2/6) and 6-9 (1/6); rows 12 and 13 see none: (3/6) / 4."""
-    scores = needle_mass_sample(InductionModel(), hand_prompt(), DecodeOptions()).values["value"]
+    model = InductionModel()
+    scores = score_sample(model, needle_mass(model, hand_prompt(), DecodeOptions())).values["value"]
     assert scores[0, 0] == pytest.approx(1.0, abs=1e-12)
     assert scores[0, 1] == pytest.approx((1 / 11 + 1 / 12 + 1 / 13 + 1 / 14) / 4, abs=1e-12)
     assert scores[1, 0] == pytest.approx(1 / 8, abs=1e-12) and scores[1, 1] == pytest.approx(1 / 8, abs=1e-12)
@@ -185,7 +186,8 @@ def test_a_hand_built_head_sends_the_answer_logit_from_the_needle_and_a_distract
     text = "pq 4729.4s "
     prompt = NeedlePrompt(list(text.encode()), 3, 7, Needle("pq ", "4729", ".", "the code?"), 50.0, "hand", text,
                           sentence=(0, 8))  # fmt: skip
-    scores = logit_contrib_sample(ValueInductionModel(), prompt, DecodeOptions()).values["value"]
+    model = ValueInductionModel()
+    scores = score_sample(model, logit_contrib(model, prompt, DecodeOptions())).values["value"]
     assert scores[0, 1] == pytest.approx((1 / 11 - 8 / 33 + 1 / 12 + 1 / 13 + 1 / 14) / 4, abs=1e-12)
     assert scores[0, 0] == pytest.approx((1 + 1 / 2 + 1 + 1) / 4, abs=1e-12)
     assert scores[1, 0] == pytest.approx(-1 / 24, abs=1e-12) and scores[1, 1] == pytest.approx(-1 / 24, abs=1e-12)
@@ -201,7 +203,8 @@ def test_a_hand_built_induction_head_focuses_the_question_on_the_needle_more_tha
     text = "pq 4729. Q 47"
     prompt = NeedlePrompt(list(text.encode()), 3, 7, needle, 50.0, "hand", text, sentence=(0, 8), query_start=8,
                           question=(11, 13))  # fmt: skip
-    scores = query_focus_sample(InductionModel(), prompt, DecodeOptions()).values["value"]
+    model = InductionModel()
+    scores = score_sample(model, query_focus(model, prompt, DecodeOptions())).values["value"]
     real = [{3: 1.0}, {j: 1 / 10 for j in range(10)}, {3: 0.5, 9: 0.5}, {4: 1.0}, {5: 1.0}]
     null = [
         {3: 1.0},
@@ -238,7 +241,8 @@ def test_a_prompt_without_what_a_definition_needs_has_no_number_and_says_why():
     assert rows["value"].isna().all() and set(rows["missing"]) == {
         "the prompt holds no question (the needle's prompt has no {question}, or it is empty)"
     }
-    short = razor_sample(InductionModel(), NeedlePrompt([0] * 7, 0, 1, NEEDLES[0], 0.0, ""), DecodeOptions(), 0, 1)
+    short = score_sample(InductionModel(), razor(InductionModel(), NeedlePrompt([0] * 7, 0, 1, NEEDLES[0], 0.0, ""),
+                                                 DecodeOptions(), 0, 1))  # fmt: skip
     assert short.missing == "7 tokens hold no 4 copies of 2 or more random tokens" and not short.values
     reference = frame_of("retrieval_forced", InductionModel(), NeedlePrompt(list(b"pq 47.rs "), 3, 5,
                          Needle("pq ", "4729", ".", "q?"), 50.0, "hand", "pq 47.rs "))  # fmt: skip
@@ -377,3 +381,27 @@ def test_analyze_writes_every_definition_and_their_agreement_says_which_samples_
     again = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
     assert again.exit_code == 0 and "done earlier" in again.output
     assert read_table(folder / "head_agreement.parquet").frame.equals(agreement)
+
+
+def test_the_definitions_of_one_sample_share_one_pass_per_distinct_input_and_score_as_alone(tiny, monkeypatch):
+    """Six definitions on one needle sample: three forward passes (the prompt with its forced answer, for four of
+    them; the null question; the random copies, for echo and induction), and each one's numbers equal its own
+    run alone."""
+    from headprobe.analysis.items import decode_items
+    from headprobe.analysis.settings import AnalyzeSettings
+
+    names = ["retrieval_forced", "needle_mass", "query_focus", "echo", "induction", "logit_contrib"]
+    settings = AnalyzeSettings(metrics=names, needle_reach=3, seed=2)
+    prompt = needle_prompt(tiny.tokenizer, NEEDLES[0], 300, 60.0, seed=1)
+    alone = {n: frame_of(n, tiny, prompt, reach=3, seed=2, sample=1) for n in names}
+    inputs = []
+    real = type(tiny).run
+    monkeypatch.setattr(type(tiny), "run", lambda self, ids, **kw: inputs.append(ids.shape[1]) or real(self, ids, **kw))
+    together = decode_items(tiny, 300, settings, [METRICS[n] for n in names], prompt, 1)
+    forced = prompt.length + len(" " + NEEDLES[0].answer) - 1  # byte-level: the answer forced behind a space
+    null = prompt.length - len(NEEDLES[0].question) + len("N/A")
+    assert sorted(inputs) == sorted([forced, null, 300])  # 300 = 4 copies of 75 random bytes
+    for name in names:
+        got = together[METRICS[name]][f"{name}_samples"]
+        assert (got["length"] == 300).all()
+        pd.testing.assert_frame_equal(got.drop(columns="length"), alone[name])

@@ -12,6 +12,7 @@ from torch import Tensor
 from headprobe.analysis.settings import AnalyzeSettings
 from headprobe.hooked import HookedModel
 from headprobe.metrics import DecodeMetric, DecodeOptions, PassMetric
+from headprobe.metrics.definitions import run_probes
 from headprobe.metrics.passes import run_pass
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NeedlePrompt, needle_prompt, needle_set
@@ -78,13 +79,22 @@ def needle_prompts(model: HookedModel, length: int, s: AnalyzeSettings) -> list[
 
 
 def decode_items(
-    model: HookedModel, length: int, s: AnalyzeSettings, metric: DecodeMetric, prompt: NeedlePrompt, sample: int
-) -> Frames:
-    """One needle prompt, decoded as sample number ``sample``: the metric's per-sample tables."""
-    frames = metric.decode(
-        model, prompt, sample, DecodeOptions(s.max_new_tokens, s.retrieval_span, s.needle_reach, s.seed)
-    )
-    return {table: _tag(frame, length=length) for table, frame in frames.items()}
+    model: HookedModel,
+    length: int,
+    s: AnalyzeSettings,
+    metrics: Sequence[DecodeMetric],
+    prompt: NeedlePrompt,
+    sample: int,
+) -> dict[DecodeMetric, Frames]:
+    """One needle prompt as sample number ``sample``: each decode metric's per-sample tables. The retrieval-head
+    definitions among ``metrics`` run together, one forward pass per distinct input
+    (:func:`~headprobe.metrics.definitions.run_probes`); the others decode on their own."""
+    options = DecodeOptions(s.max_new_tokens, s.retrieval_span, s.needle_reach, s.seed)
+    probed = [m for m in metrics if m.probe is not None and m.frames is not None]
+    scored = run_probes(model, [m.probe(model, prompt, sample, options) for m in probed])  # type: ignore[misc]
+    out = {m: m.frames(model, score, sample) for m, score in zip(probed, scored, strict=True)}  # type: ignore[misc]
+    out |= {m: m.decode(model, prompt, sample, options) for m in metrics if m not in out}
+    return {m: {table: _tag(frame, length=length) for table, frame in out[m].items()} for m in metrics}
 
 
 def missing(frames: Frames) -> list[str]:

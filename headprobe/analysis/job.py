@@ -103,14 +103,16 @@ class PassItem:
 
 @dataclass(frozen=True)
 class DecodeItem:
-    """One needle prompt (``sample``) at one ``length`` decoded for one decode metric."""
+    """One needle prompt (``sample``) at one ``length`` for the decode ``metrics`` still to do on it: the
+    retrieval-head definitions among them share their forward passes
+    (:func:`headprobe.metrics.definitions.run_probes`)."""
 
     length: int
-    metric: DecodeMetric
     sample: int
+    metrics: tuple[DecodeMetric, ...]
 
     def units(self) -> list[tuple[Metric, int | None]]:
-        return [(self.metric, self.sample)]
+        return [(m, self.sample) for m in self.metrics]
 
 
 Item = PassItem | DecodeItem
@@ -140,7 +142,8 @@ def plan_items(
     A unit is one metric at one length for one sample (one length for pooled metrics). One process
     runs all pass metrics of a length in one item, one forward pass per sample shared by every metric;
     several processes get one item per sample and one for the pooled metrics (whose own passes they
-    then repeat), so that the passes spread over them. Each needle sample is an item."""
+    then repeat), so that the passes spread over them. Each needle sample is an item, of every decode metric
+    still to do on it."""
     planned: list[Item] = []
     done_before = []
     metrics = settings.chosen()
@@ -161,9 +164,9 @@ def plan_items(
         elif processes > 1:
             planned += [PassItem(length, {i: ms}) for i, ms in per_sample.items()]
             planned += [PassItem(length, {}, pooled)] if pooled else []
-        for m in metrics:
-            if isinstance(m, DecodeMetric):
-                planned += [DecodeItem(length, m, i) for i in range(settings.samples) if todo(m, i)]
+        for i in range(settings.samples):
+            mine = tuple(m for m in metrics if isinstance(m, DecodeMetric) and todo(m, i))
+            planned += [DecodeItem(length, i, mine)] if mine else []
         for m in metrics:
             left = sum(u[0] is m for item in planned if item.length == length for u in item.units())
             done_before.append((m, length, _units(m, settings) - left))
@@ -218,10 +221,11 @@ class AnalyzeJob(Job[AnalyzeSettings]):
             if isinstance(item, DecodeItem):
                 progress.describe(f"{name} {names} @ {item.length:,}, sample {item.sample + 1}/{settings.samples}")
                 prompt = prompts(item.length)[item.sample]
-                frames = items.decode_items(model, item.length, settings, item.metric, prompt, item.sample)
-                for why in items.missing(frames):
-                    progress.log(f"{name} {item.metric.name} @ {item.length} sample {item.sample}: no number, {why}")
-                write(item.metric, item.length, item.sample, frames)
+                done = items.decode_items(model, item.length, settings, item.metrics, prompt, item.sample)
+                for m, frames in done.items():
+                    for why in items.missing(frames):
+                        progress.log(f"{name} {m.name} @ {item.length} sample {item.sample}: no number, {why}")
+                    write(m, item.length, item.sample, frames)
                 return
             progress.describe(f"{name} {names} @ {item.length:,}")
 

@@ -10,6 +10,13 @@ echo, induction    RazorAttention's scores on four copies of a random sequence (
 logit_contrib      LOCOS's logit contribution of the needle against the rest (:mod:`.locos`)
 =================  ==============================================================================================
 
+Each definition but ``retrieval`` describes one sample's work as a :class:`Probe`: the forward passes it needs (token
+ids and a hook that sees every attention call) and how its scores come out of them. :func:`run_probes` runs the
+probes of every definition asked for one sample together, **one forward pass per distinct input**: the forced
+definitions (``retrieval_forced``, ``needle_mass``, ``logit_contrib``) and ``query_focus``'s question rows read the
+same pass over the prompt and its forced answer, ``echo`` and ``induction`` the same pass over their random copies;
+hooks of one pass share what they compute alike (the probabilities of the answer rows, the rows' log-sum-exp).
+
 Every definition but ``retrieval`` (which keeps its own tables) writes two tables:
 
 * ``<name>_samples``: one row per sample x layer x head, its ``value`` in that sample, and ``missing``: why the
@@ -21,8 +28,9 @@ Every definition but ``retrieval`` (which keeps its own tables) writes two table
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -32,7 +40,7 @@ from torch import Tensor
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import HEAD_COLUMNS
 from headprobe.metrics.probs import row_probs
-from headprobe.metrics.retrieval import Span, answer_span, call_rows, forced_scores
+from headprobe.metrics.retrieval import Span, answer_span, call_rows, copy_scores, forced_prompt
 from headprobe.metrics.summaries import SummaryRow
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
@@ -65,7 +73,51 @@ class Options(Protocol):
     seed: int
 
 
+Shared = dict[Hashable, Any]  # what the hooks of one forward pass compute alike (:func:`shared`)
+PassHook = Callable[[AttentionCall, Shared], None]  # (an attention call, this pass's shared values)
 RowsSeen = Callable[[AttentionCall, np.ndarray, Tensor], None]  # (call, indices into the rows, probs [heads, rows, k])
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One definition's work on one sample: ``runs``, the forward passes it needs (token ids and the hook that sees
+    each of their attention calls), and ``score``, its scores once they have run (or a refusal: no runs, and a
+    ``score`` that says what is missing)."""
+
+    runs: tuple[tuple[tuple[int, ...], PassHook], ...]
+    score: Callable[[], Scored]
+
+
+def refused(missing: str) -> Probe:
+    """The probe of a sample a definition cannot score: no pass, and ``missing`` says why."""
+    return Probe((), lambda: Scored({}, missing))
+
+
+def shared(memo: Shared, key: Hashable, make: Callable[[], Any]) -> Any:
+    """``memo[key]``, made by ``make()`` the first time a hook of this pass asks for it."""
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
+def run_probes(model: HookedModel, probes: Sequence[Probe]) -> list[Scored]:
+    """Every probe's scores, each distinct input run once with the hooks of every probe that needs it (in the
+    order first asked), sharing what they compute alike."""
+    passes: dict[tuple[int, ...], list[PassHook]] = {}
+    for probe in probes:
+        for ids, hook in probe.runs:
+            passes.setdefault(ids, []).append(hook)
+    with torch.no_grad():
+        for ids, hooks in passes.items():
+            memo: Shared = {}
+            every = lambda call, hooks=hooks, memo=memo: [h(call, memo) for h in hooks]  # noqa: E731
+            model.run(torch.tensor([list(ids)]), hook=every)
+    return [probe.score() for probe in probes]
+
+
+def score_sample(model: HookedModel, probe: Probe) -> Scored:
+    """One probe run alone."""
+    return run_probes(model, [probe])[0]
 
 
 def head_grid(model: HookedModel) -> np.ndarray:
@@ -73,19 +125,19 @@ def head_grid(model: HookedModel) -> np.ndarray:
     return np.full((len(model.layers), max(info.n_heads for info in model.layers)), math.nan)
 
 
-def rows_pass(model: HookedModel, ids: Sequence[int], rows: Sequence[int], seen: RowsSeen) -> None:
-    """One forward pass over ``ids`` whose hook hands every attention call, with the exact probabilities of the
-    query ``rows`` (absolute positions) over its keys (:func:`~.probs.row_probs`, ``[heads, rows, k_len]``), to
-    ``seen(call, found, probs)`` (``found``: which of ``rows`` the call holds, in order)."""
+def rows_hook(rows: Sequence[int], seen: RowsSeen) -> PassHook:
+    """A hook that hands every attention call, with the exact probabilities of the query ``rows`` (absolute
+    positions) over its keys (:func:`~.probs.row_probs`, ``[heads, rows, k_len]``, shared by the pass's hooks that
+    ask for the same rows), to ``seen(call, found, probs)`` (``found``: which of ``rows`` the call holds, in order)."""
     wanted = torch.as_tensor(list(rows), dtype=torch.long)
+    key = tuple(int(r) for r in rows)
 
-    def record(call: AttentionCall) -> None:
+    def record(call: AttentionCall, memo: Shared) -> None:
         found, at = call_rows(call, wanted)
         if len(found):
-            seen(call, found, row_probs(call, at))
+            seen(call, found, shared(memo, ("row_probs", call.layer, key), lambda: row_probs(call, at)))
 
-    with torch.no_grad():
-        model.run(torch.tensor([list(ids)]), hook=record)
+    return record
 
 
 def head_schema(name: str, value: str, extra: Sequence[Column] = ()) -> Schema:
@@ -173,11 +225,24 @@ def definition_headline(part: pd.DataFrame) -> str:
     return f"{scored}; top head {top} ({v['max']:.3g}), mean {v['mean']:.3g}"
 
 
-def forced_copy(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Scored:
-    """``retrieval_forced``: Wu's rule at the teacher-forced answer steps (:func:`~.retrieval.forced_scores`), its
-    count form ``value`` and set form ``set_value``; no number when the answer span is not in the prompt (Wu's
-    span search, ``retrieval_span=reference``, can find none)."""
+NO_SPAN = "no answer span found in the prompt (retrieval_span=reference found no window)"
+
+
+def forced_copy(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Probe:
+    """``retrieval_forced``: Wu's rule at the teacher-forced answer steps (:func:`~.retrieval.copy_scores`: a head
+    copies at a step when its largest probability falls on the span token being forced), its count form ``value``
+    and set form ``set_value``; no number when the answer span is not in the prompt (Wu's span search,
+    ``retrieval_span=reference``, can find none)."""
     if answer_span(model, prompt, options.span)[0] < 0:
-        return Scored({}, "no answer span found in the prompt (retrieval_span=reference found no window)")
-    scores, _ = forced_scores(model, prompt, Span(options.span), options.needle_reach)
-    return Scored({"value": scores.value, "set_value": scores.set_value})
+        return refused(NO_SPAN)
+    forced = forced_prompt(model, prompt, Span(options.span), options.needle_reach)
+    argmax = np.full((len(forced.rows), *head_grid(model).shape), -1, dtype=np.int64)
+
+    def seen(call: AttentionCall, found: np.ndarray, probs: Tensor) -> None:
+        argmax[found, call.layer, : probs.shape[0]] = (probs.argmax(-1) + call.key_start).T.cpu().numpy()
+
+    def score() -> Scored:
+        copies = copy_scores(argmax, forced.targets, prompt.ids, [forced.span])
+        return Scored({"value": copies.value, "set_value": copies.set_value})
+
+    return Probe(((tuple(forced.ids), rows_hook(forced.rows, seen)),), score)

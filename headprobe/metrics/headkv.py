@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import Options, Scored, head_grid, rows_pass
+from headprobe.metrics.definitions import NO_SPAN, Options, Probe, Scored, head_grid, refused, rows_hook
 from headprobe.metrics.probs import key_positions
 from headprobe.metrics.retrieval import Span, answer_span, forced_prompt
 from headprobe.model.seam import AttentionCall
@@ -35,10 +35,10 @@ def top_mass(probs: Tensor, on_needle: Tensor, k: int) -> Tensor:
     return torch.where(on_needle[order], top, torch.zeros_like(top)).sum(-1)
 
 
-def needle_mass_sample(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Scored:
+def needle_mass(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Probe:
     """One sample's ``needle_mass`` of every head (module docstring): one forward pass with the answer forced."""
     if answer_span(model, prompt, options.span)[0] < 0:
-        return Scored({}, "no answer span found in the prompt (retrieval_span=reference found no window)")
+        return refused(NO_SPAN)
     forced = forced_prompt(model, prompt, Span(options.span), options.needle_reach)
     first, last = forced.read
     value = head_grid(model)
@@ -49,5 +49,4 @@ def needle_mass_sample(model: HookedModel, prompt: NeedlePrompt, options: Option
         heads = probs.shape[0]
         value[call.layer, :heads] = (top_mass(probs, on, last - first).sum(-1) / (last - first)).numpy()
 
-    rows_pass(model, forced.ids, forced.rows, seen)
-    return Scored({"value": value})
+    return Probe(((tuple(forced.ids), rows_hook(forced.rows, seen)),), lambda: Scored({"value": value}))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import Options, Scored, head_grid, rows_pass
+from headprobe.metrics.definitions import Options, Probe, Scored, head_grid, refused, rows_hook
 from headprobe.metrics.probs import key_positions, row_positions
 from headprobe.metrics.retrieval import Span, forced_prompt
 from headprobe.model.masks import CausalMask
@@ -53,10 +53,13 @@ def contrast(probs: Tensor, v: Tensor, w: Tensor, on_needle: Tensor, visible: Te
     return plus - minus
 
 
-def logit_contrib_sample(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Scored:
+NO_SENTENCE = "the prompt does not record the needle sentence's tokens (build it with needle_prompt)"
+
+
+def logit_contrib(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Probe:
     """One sample's ``logit_contrib`` of every head (module docstring): one forward pass with the answer forced."""
     if prompt.sentence[0] < 0:
-        return Scored({}, "the prompt does not record the needle sentence's tokens (build it with needle_prompt)")
+        return refused(NO_SENTENCE)
     forced = forced_prompt(model, prompt, Span(options.span), options.needle_reach)
     first, last = prompt.sentence[0], min(prompt.sentence[1] + options.needle_reach, prompt.length)
     u = model.unembedding()[torch.tensor(forced.targets, device=model.device)].double()  # [rows, d_model]
@@ -73,5 +76,4 @@ def logit_contrib_sample(model: HookedModel, prompt: NeedlePrompt, options: Opti
         on = (keys >= first) & (keys < last)
         value[call.layer, :heads] = contrast(probs, v, w, on, visible).mean(-1).cpu().numpy()
 
-    rows_pass(model, forced.ids, forced.rows, seen)
-    return Scored({"value": value})
+    return Probe(((tuple(forced.ids), rows_hook(forced.rows, seen)),), lambda: Scored({"value": value}))

@@ -49,13 +49,20 @@ def row_probs(call: AttentionCall, at: Tensor) -> Tensor:
     return torch.softmax(s.masked_fill(~seen, -torch.inf), -1)
 
 
-def key_probs(call: AttentionCall, at: Tensor, keys: Tensor) -> Tensor:
+def row_lse(call: AttentionCall, at: Tensor) -> Tensor:
+    """``[heads, rows]`` each query index ``at``'s log-sum-exp over the keys it sees, from one streaming pass
+    (:func:`~headprobe.stats.attention_stats`; in float32 for a float32 model)."""
+    at = at.to(call.q.device)
+    return attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=at, topk=0).lse[0].double()
+
+
+def key_probs(call: AttentionCall, at: Tensor, keys: Tensor, lse: Tensor | None = None) -> Tensor:
     """Attention probabilities ``[heads, rows, n]`` (float64) of chosen keys: at query index ``at[i]`` the keys of
-    absolute positions ``keys[i] [n]`` (``-1``: none, probability 0). Each row's log-sum-exp comes from one
-    streaming pass (:func:`~headprobe.stats.attention_stats`); then ``p = exp(scale * q . k - lse)`` for the chosen
-    keys alone, ``ROW_BLOCK`` rows at a time."""
+    absolute positions ``keys[i] [n]`` (``-1``: none, probability 0). Each row's log-sum-exp ``lse [heads, rows]``
+    (:func:`row_lse` unless given); then ``p = exp(scale * q . k - lse)`` for the chosen keys alone, ``ROW_BLOCK``
+    rows at a time."""
     at, keys = at.to(call.q.device), keys.to(call.q.device)
-    lse = attention_stats(call.q, call.k, window=call.window, scale=call.scale, rows=at, topk=0).lse[0].double()
+    lse = row_lse(call, at) if lse is None else lse
     k_all = _kv(call, call.k[0])
     out = torch.zeros(call.q.shape[1], len(at), keys.shape[1], dtype=torch.float64)
     pos = row_positions(call, at)

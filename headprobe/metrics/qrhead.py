@@ -24,8 +24,10 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import Options, Scored, head_grid, rows_pass
+from headprobe.metrics.definitions import Options, PassHook, Probe, Scored, head_grid, refused, rows_hook
+from headprobe.metrics.locos import NO_SENTENCE
 from headprobe.metrics.probs import key_positions
+from headprobe.metrics.retrieval import Span, forced_prompt
 from headprobe.model.seam import AttentionCall
 from headprobe.text.needles import NeedlePrompt
 
@@ -51,34 +53,46 @@ def null_prompt_ids(model: HookedModel, prompt: NeedlePrompt) -> list[int]:
     return [*start_ids, *model.tokenizer.encode(prompt.text[:start] + NULL_QUESTION + prompt.text[end:])]
 
 
-def question_attention(model: HookedModel, ids: list[int], query_start: int, doc: tuple[int, int]) -> np.ndarray:
-    """``[layers, max_heads, doc keys]``: each head's attention to the keys ``doc`` averaged over the rows from
-    ``query_start`` to the end of ``ids`` (one forward pass)."""
-    out = np.full((len(model.layers), max(info.n_heads for info in model.layers), doc[1] - doc[0]), np.nan)
+def question_hook(out: np.ndarray, rows: range, doc: tuple[int, int]) -> PassHook:
+    """A hook writing into ``out [layers, max_heads, doc keys]`` each head's attention to the keys ``doc`` averaged
+    over the query ``rows``."""
 
     def seen(call: AttentionCall, found: np.ndarray, probs: Tensor) -> None:
         keys = key_positions(call).cpu()
         on = (keys >= doc[0]) & (keys < doc[1])
         out[call.layer, : probs.shape[0]] = probs[:, :, on].mean(1).numpy()
 
-    rows_pass(model, ids, range(query_start, len(ids)), seen)
-    return out
+    return rows_hook(rows, seen)
 
 
-def query_focus_sample(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Scored:
-    """One sample's ``query_focus`` of every head (module docstring)."""
+NO_QUESTION = "the prompt holds no question (the needle's prompt has no {question}, or it is empty)"
+
+
+def query_focus(model: HookedModel, prompt: NeedlePrompt, options: Options) -> Probe:
+    """One sample's ``query_focus`` of every head (module docstring): the question rows read from the pass over the
+    prompt and its forced answer (the prompt's rows are the prompt's alone, causally: shared with the forced
+    definitions), and one pass over the null prompt."""
     if prompt.question[0] < 0 or prompt.query_start < 0:
-        return Scored({}, "the prompt holds no question (the needle's prompt has no {question}, or it is empty)")
+        return refused(NO_QUESTION)
     if prompt.sentence[0] < 0:
-        return Scored({}, "the prompt does not record the needle sentence's tokens (build it with needle_prompt)")
+        return refused(NO_SENTENCE)
     null = null_prompt_ids(model, prompt)
     if null[: prompt.query_start] != prompt.ids[: prompt.query_start]:
-        return Scored({}, "the null question changes the tokens before the question")
+        return refused("the null question changes the tokens before the question")
     doc = (prompt.sentence[0], min(prompt.sentence[1] + options.needle_reach, prompt.query_start))
-    c = question_attention(model, prompt.ids, prompt.query_start, doc)
-    c0 = question_attention(model, null, prompt.query_start, doc)
-    value = head_grid(model)
-    for info in model.layers:
-        h = info.n_heads
-        value[info.index, :h] = focus(torch.from_numpy(c[info.index, :h]), torch.from_numpy(c0[info.index, :h])).numpy()
-    return Scored({"value": value})
+    shape = (len(model.layers), max(info.n_heads for info in model.layers), doc[1] - doc[0])
+    c, c0 = np.full(shape, np.nan), np.full(shape, np.nan)
+    forced = forced_prompt(model, prompt, Span.EXACT)
+    runs = (
+        (tuple(forced.ids), question_hook(c, range(prompt.query_start, prompt.length), doc)),
+        (tuple(null), question_hook(c0, range(prompt.query_start, len(null)), doc)),
+    )
+
+    def score() -> Scored:
+        value = head_grid(model)
+        for info in model.layers:
+            h = info.n_heads
+            value[info.index, :h] = focus(torch.from_numpy(c[info.index, :h]), torch.from_numpy(c0[info.index, :h]))
+        return Scored({"value": value})
+
+    return Probe(runs, score)

@@ -20,8 +20,18 @@ import numpy as np
 import torch
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import Options, Scored, head_grid
-from headprobe.metrics.probs import key_probs
+from headprobe.metrics.definitions import (
+    Options,
+    PassHook,
+    Probe,
+    Scored,
+    Shared,
+    head_grid,
+    refused,
+    score_sample,
+    shared,
+)
+from headprobe.metrics.probs import key_probs, row_lse
 from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer
 from headprobe.text.needles import NeedlePrompt
@@ -55,28 +65,36 @@ def copy_keys(rows: torch.Tensor, n: int, first: int, after: int) -> torch.Tenso
     return torch.where(earlier >= first, earlier + after, torch.full_like(earlier, -1))
 
 
-def razor_sample(model: HookedModel, prompt: NeedlePrompt, options: Options, sample: int, after: int) -> Scored:
+def razor(model: HookedModel, prompt: NeedlePrompt, options: Options, sample: int, after: int) -> Probe:
     """One sample's echo (``after = 0``) or induction (``after = 1``) score of every head (module docstring), on a
-    random sequence of ``prompt.length`` tokens in all (the needle prompt itself is not read)."""
+    random sequence of ``prompt.length`` tokens in all (the needle prompt itself is not read). Echo and induction
+    of one sample share the pass and each row's log-sum-exp."""
     ids, n = repeated_ids(model, prompt.length, options.seed, sample)
     if n < MIN_SEQUENCE:
-        return Scored({}, f"{prompt.length} tokens hold no 4 copies of {MIN_SEQUENCE} or more random tokens")
-    return Scored({"value": copy_attention(model, ids, len(model.prompt_start), n, after)})
+        return refused(f"{prompt.length} tokens hold no 4 copies of {MIN_SEQUENCE} or more random tokens")
+    value = head_grid(model)
+    hook = copy_hook(value, len(model.prompt_start), n, after)
+    return Probe(((tuple(ids), hook),), lambda: Scored({"value": value}))
+
+
+def copy_hook(value: np.ndarray, first: int, n: int, after: int) -> PassHook:
+    """A hook writing into ``value [layers, max_heads]`` each head's attention, averaged over the rows of the copies
+    after the first, to the earlier copies of the row's token (``after = 0``) or to the tokens after them
+    (``after = 1``), for an input whose tokens from ``first`` on are :data:`COPIES` copies of ``n`` tokens."""
+    rows = torch.arange(first + n, first + COPIES * n)
+    keys = copy_keys(rows, n, first, after)
+
+    def record(call: AttentionCall, memo: Shared) -> None:
+        at = rows - call.query_start
+        lse = shared(memo, ("lse", call.layer, first + n, n), lambda: row_lse(call, at))
+        probs = key_probs(call, at, keys, lse)
+        value[call.layer, : probs.shape[0]] = probs.sum(-1).mean(-1).numpy()
+
+    return record
 
 
 def copy_attention(model: HookedModel, ids: list[int], first: int, n: int, after: int) -> np.ndarray:
-    """``[layers, max_heads]``: each head's attention, averaged over the rows of the copies after the first, to the
-    earlier copies of the row's token (``after = 0``) or to the tokens after them (``after = 1``), for ``ids`` whose
-    tokens from ``first`` on are :data:`COPIES` copies of ``n`` tokens (one forward pass)."""
-    rows = torch.arange(first + n, first + COPIES * n)
-    keys = copy_keys(rows, n, first, after)
+    """:func:`copy_hook`'s scores of ``ids`` (one forward pass)."""
     value = head_grid(model)
-
-    def record(call: AttentionCall) -> None:
-        at = rows - call.query_start
-        probs = key_probs(call, at, keys)
-        value[call.layer, : probs.shape[0]] = probs.sum(-1).mean(-1).numpy()
-
-    with torch.no_grad():
-        model.run(torch.tensor([ids]), hook=record)
+    score_sample(model, Probe(((tuple(ids), copy_hook(value, first, n, after)),), lambda: Scored({"value": value})))
     return value

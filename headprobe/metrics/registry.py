@@ -21,6 +21,7 @@ from headprobe.core.errors import SettingError
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.definitions import (
+    Probe,
     Scored,
     definition_headline,
     definition_rows,
@@ -29,14 +30,15 @@ from headprobe.metrics.definitions import (
     head_table,
     sample_frame,
     samples_schema,
+    score_sample,
 )
 from headprobe.metrics.erank import ERANK, ErankCollector
-from headprobe.metrics.headkv import needle_mass_sample
-from headprobe.metrics.locos import logit_contrib_sample
+from headprobe.metrics.headkv import needle_mass
+from headprobe.metrics.locos import logit_contrib
 from headprobe.metrics.margin import NEEDLE_MARGIN, margin_headline, margin_sample, margin_summary
 from headprobe.metrics.passes import Collector
-from headprobe.metrics.qrhead import query_focus_sample
-from headprobe.metrics.razor import razor_sample
+from headprobe.metrics.qrhead import query_focus
+from headprobe.metrics.razor import razor
 from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_COPIES, RETRIEVAL_SAMPLES, combine_samples, sample_tables
 from headprobe.metrics.summaries import (
     SummaryRow,
@@ -116,6 +118,11 @@ class DecodeMetric:
             the other tables at that length (e.g. the head scores, a mean over the kept samples).
         generates: whether it decodes greedily (its prompts need ``max_new_tokens`` of room in the model's
             positions) or only teacher-forces the answer (room for the answer alone).
+        probe: for a retrieval-head definition, ``(model, prompt, sample, options) -> Probe``: its work on one sample
+            as forward passes (:class:`headprobe.metrics.definitions.Probe`), so that the definitions of one
+            sample share their passes (:func:`~headprobe.metrics.definitions.run_probes`); ``decode`` runs it alone.
+        frames: with ``probe``, ``(model, scores, sample) -> {table: frame}``: its per-sample tables from the probe's
+            scores.
     """
 
     name: str
@@ -129,35 +136,43 @@ class DecodeMetric:
     description: str = ""
     revision: int = 1
     generates: bool = True
+    probe: Callable[[HookedModel, NeedlePrompt, int, DecodeOptions], Probe] | None = None
+    frames: Callable[[HookedModel, Scored, int], dict[str, pd.DataFrame]] | None = None
 
 
 Metric = PassMetric | DecodeMetric
 
-Score = Callable[[HookedModel, NeedlePrompt, int, DecodeOptions], Scored]  # (model, prompt, sample, options)
+ProbeOf = Callable[[HookedModel, NeedlePrompt, int, DecodeOptions], Probe]  # (model, prompt, sample, options)
 NEEDLE_SETTINGS = ("needles", "retrieval_span", "prompt_format", "needle_reach")  # what makes and reads a needle
 
 
 def definition(
-    name: str, value: str, settings: tuple[str, ...], score: Score, description: str, extra: tuple[Column, ...] = ()
+    name: str, value: str, settings: tuple[str, ...], probe: ProbeOf, description: str, extra: tuple[Column, ...] = ()
 ) -> DecodeMetric:
-    """A retrieval-head definition (:mod:`headprobe.metrics.definitions`) as a metric: ``score`` gives one sample's
-    numbers of every head (``value``, described by ``value``, and the ``extra`` columns); its tables are
-    ``<name>_samples`` and ``<name>``."""
+    """A retrieval-head definition (:mod:`headprobe.metrics.definitions`) as a metric: ``probe`` gives one sample's
+    work, whose scores are every head's numbers (``value``, described by ``value``, and the ``extra`` columns); its
+    tables are ``<name>_samples`` and ``<name>``."""
     columns = ["value", *(c.name for c in extra)]
     samples, heads = samples_schema(name, value, extra), head_schema(name, value, extra)
+
+    def frames(model: HookedModel, scored: Scored, sample: int) -> dict[str, pd.DataFrame]:
+        return {samples.table: sample_frame(model.layers, scored, columns, sample)}
+
     return DecodeMetric(
         name,
         (heads, samples),
         (samples,),
         settings,
-        lambda model, prompt, sample, options: {
-            samples.table: sample_frame(model.layers, score(model, prompt, sample, options), columns, sample)
-        },
+        lambda model, prompt, sample, options: frames(
+            model, score_sample(model, probe(model, prompt, sample, options)), sample
+        ),
         lambda frames: {heads.table: head_table(frames[samples.table], columns)},
         definition_rows,
         definition_headline,
         description,
         generates=False,
+        probe=probe,
+        frames=frames,
     )
 
 
@@ -174,28 +189,28 @@ DEFINITIONS: tuple[DecodeMetric, ...] = (
         "needle_mass",
         "HeadKV's score: top-|N| attention mass on the needle N summed over the forced answer steps, over |N|",
         NEEDLE_SETTINGS,
-        lambda model, prompt, sample, options: needle_mass_sample(model, prompt, options),
+        lambda model, prompt, sample, options: needle_mass(model, prompt, options),
         "HeadKV's retrieval-reasoning score: top-k attention mass on the needle at the forced answer steps",
     ),
     definition(
         "query_focus",
         "QRHead's score: the question's attention to the needle sentence minus a null question's, outliers cut",
         ("needles", "prompt_format", "needle_reach"),
-        lambda model, prompt, sample, options: query_focus_sample(model, prompt, options),
+        lambda model, prompt, sample, options: query_focus(model, prompt, options),
         "QRHead's query-focused score: the question's attention to the needle, calibrated by a null question",
     ),
     definition(
         "echo",
         "RazorAttention's echo score: attention to earlier copies of the row's token (0-1)",
         (),
-        lambda model, prompt, sample, options: razor_sample(model, prompt, options, sample, 0),
+        lambda model, prompt, sample, options: razor(model, prompt, options, sample, 0),
         "RazorAttention's echo score on four copies of a random sequence",
     ),
     definition(
         "induction",
         "RazorAttention's induction score: attention to the token after earlier copies of the row's token (0-1)",
         (),
-        lambda model, prompt, sample, options: razor_sample(model, prompt, options, sample, 1),
+        lambda model, prompt, sample, options: razor(model, prompt, options, sample, 1),
         "RazorAttention's induction score on four copies of a random sequence",
     ),
     definition(
@@ -203,7 +218,7 @@ DEFINITIONS: tuple[DecodeMetric, ...] = (
         "LOCOS's score: the answer logit the head sends from the needle minus from the rest, scaled to the needle's "
         "size, mean over the forced answer steps (logits)",
         NEEDLE_SETTINGS,
-        lambda model, prompt, sample, options: logit_contrib_sample(model, prompt, options),
+        lambda model, prompt, sample, options: logit_contrib(model, prompt, options),
         "LOCOS's logit contribution of the needle against the rest at the forced answer steps",
     ),
 )
