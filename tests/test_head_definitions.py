@@ -16,9 +16,10 @@ from reference import dense_forced, dense_probs, visible
 
 from headprobe.hooked import HeadprobeModel
 from headprobe.metrics import METRICS, DecodeOptions
-from headprobe.metrics.definitions import head_table, score_sample
+from headprobe.metrics.definitions import head_table
 from headprobe.metrics.headkv import needle_mass
 from headprobe.metrics.locos import logit_contrib
+from headprobe.metrics.probe import score_sample
 from headprobe.metrics.qrhead import query_focus
 from headprobe.metrics.razor import copy_attention, razor, repeated_ids
 from headprobe.text.needles import ANSWER_PREFIX, CODE_NEEDLES, NEEDLES, Needle, NeedlePrompt, needle_prompt
@@ -384,20 +385,22 @@ def test_analyze_writes_every_definition_and_their_agreement_says_which_samples_
 
 
 def test_the_definitions_of_one_sample_share_one_pass_per_distinct_input_and_score_as_alone(tiny, monkeypatch):
-    """Six definitions on one needle sample: three forward passes (the prompt with its forced answer, for four of
-    them; the null question; the random copies, for echo and induction), and each one's numbers equal its own
-    run alone."""
+    """Seven definitions on one needle sample: three forward passes (the prompt with its forced answer, for five of
+    them; the null question; the random copies, for echo and induction) besides Wu's greedy decode (through the
+    KV cache, not ``run``), and each one's numbers equal its own run alone."""
     from headprobe.analysis.items import decode_items
     from headprobe.analysis.settings import AnalyzeSettings
 
     names = ["retrieval_forced", "needle_mass", "query_focus", "echo", "induction", "logit_contrib"]
-    settings = AnalyzeSettings(metrics=names, needle_reach=3, seed=2)
+    settings = AnalyzeSettings(metrics=["retrieval", *names], needle_reach=3, seed=2, max_new_tokens=5)
     prompt = needle_prompt(tiny.tokenizer, NEEDLES[0], 300, 60.0, seed=1)
     alone = {n: frame_of(n, tiny, prompt, reach=3, seed=2, sample=1) for n in names}
+    options = DecodeOptions(max_new_tokens=5, needle_reach=3, seed=2)
+    wu_alone = METRICS["retrieval"].decode(tiny, prompt, 1, options)
     inputs = []
     real = type(tiny).run
     monkeypatch.setattr(type(tiny), "run", lambda self, ids, **kw: inputs.append(ids.shape[1]) or real(self, ids, **kw))
-    together = decode_items(tiny, 300, settings, [METRICS[n] for n in names], prompt, 1)
+    together = decode_items(tiny, 300, settings, [METRICS[n] for n in ["retrieval", *names]], prompt, 1)
     forced = prompt.length + len(" " + NEEDLES[0].answer) - 1  # byte-level: the answer forced behind a space
     null = prompt.length - len(NEEDLES[0].question) + len("N/A")
     assert sorted(inputs) == sorted([forced, null, 300])  # 300 = 4 copies of 75 random bytes
@@ -405,3 +408,5 @@ def test_the_definitions_of_one_sample_share_one_pass_per_distinct_input_and_sco
         got = together[METRICS[name]][f"{name}_samples"]
         assert (got["length"] == 300).all()
         pd.testing.assert_frame_equal(got.drop(columns="length"), alone[name])
+    for table, frame in wu_alone.items():  # Wu's forced columns read the shared pass; its decode is its own
+        pd.testing.assert_frame_equal(together[METRICS["retrieval"]][table][frame.columns], frame)

@@ -12,8 +12,8 @@ from torch import Tensor
 from headprobe.analysis.settings import AnalyzeSettings
 from headprobe.hooked import HookedModel
 from headprobe.metrics import DecodeMetric, DecodeOptions, PassMetric
-from headprobe.metrics.definitions import run_probes
 from headprobe.metrics.passes import run_pass
+from headprobe.metrics.probe import run_probes
 from headprobe.text.haystack import text_inputs
 from headprobe.text.needles import NeedlePrompt, needle_prompt, needle_set
 

@@ -10,12 +10,13 @@ echo, induction    RazorAttention's scores on four copies of a random sequence (
 logit_contrib      LOCOS's logit contribution of the needle against the rest (:mod:`.locos`)
 =================  ==============================================================================================
 
-Each definition but ``retrieval`` describes one sample's work as a :class:`Probe`: the forward passes it needs (token
-ids and a hook that sees every attention call) and how its scores come out of them. :func:`run_probes` runs the
-probes of every definition asked for one sample together, **one forward pass per distinct input**: the forced
-definitions (``retrieval_forced``, ``needle_mass``, ``logit_contrib``) and ``query_focus``'s question rows read the
-same pass over the prompt and its forced answer, ``echo`` and ``induction`` the same pass over their random copies;
-hooks of one pass share what they compute alike (the probabilities of the answer rows, the rows' log-sum-exp).
+Each definition describes one sample's work as a :class:`~headprobe.metrics.probe.Probe`: the forward passes it
+needs (token ids and a hook that sees every attention call) and how its scores come out of them.
+:func:`~headprobe.metrics.probe.run_probes` runs the probes of every definition asked for one sample together,
+**one forward pass per distinct input**: the forced definitions (``retrieval_forced``, ``needle_mass``,
+``logit_contrib``, Wu's own forced columns) and ``query_focus``'s question rows read the same pass over the prompt
+and its forced answer, ``echo`` and ``induction`` the same pass over their random copies; hooks of one pass share
+what they compute alike (the probabilities of the answer rows, the rows' log-sum-exp).
 
 Every definition but ``retrieval`` (which keeps its own tables) writes two tables:
 
@@ -28,9 +29,8 @@ Every definition but ``retrieval`` (which keeps its own tables) writes two table
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,7 @@ from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import HEAD_COLUMNS
+from headprobe.metrics.probe import PassHook, Probe, Shared, shared
 from headprobe.metrics.probs import row_probs
 from headprobe.metrics.retrieval import Span, answer_span, call_rows, copy_scores, forced_prompt
 from headprobe.metrics.summaries import SummaryRow
@@ -73,51 +74,12 @@ class Options(Protocol):
     seed: int
 
 
-Shared = dict[Hashable, Any]  # what the hooks of one forward pass compute alike (:func:`shared`)
-PassHook = Callable[[AttentionCall, Shared], None]  # (an attention call, this pass's shared values)
 RowsSeen = Callable[[AttentionCall, np.ndarray, Tensor], None]  # (call, indices into the rows, probs [heads, rows, k])
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One definition's work on one sample: ``runs``, the forward passes it needs (token ids and the hook that sees
-    each of their attention calls), and ``score``, its scores once they have run (or a refusal: no runs, and a
-    ``score`` that says what is missing)."""
-
-    runs: tuple[tuple[tuple[int, ...], PassHook], ...]
-    score: Callable[[], Scored]
 
 
 def refused(missing: str) -> Probe:
     """The probe of a sample a definition cannot score: no pass, and ``missing`` says why."""
     return Probe((), lambda: Scored({}, missing))
-
-
-def shared(memo: Shared, key: Hashable, make: Callable[[], Any]) -> Any:
-    """``memo[key]``, made by ``make()`` the first time a hook of this pass asks for it."""
-    if key not in memo:
-        memo[key] = make()
-    return memo[key]
-
-
-def run_probes(model: HookedModel, probes: Sequence[Probe]) -> list[Scored]:
-    """Every probe's scores, each distinct input run once with the hooks of every probe that needs it (in the
-    order first asked), sharing what they compute alike."""
-    passes: dict[tuple[int, ...], list[PassHook]] = {}
-    for probe in probes:
-        for ids, hook in probe.runs:
-            passes.setdefault(ids, []).append(hook)
-    with torch.no_grad():
-        for ids, hooks in passes.items():
-            memo: Shared = {}
-            every = lambda call, hooks=hooks, memo=memo: [h(call, memo) for h in hooks]  # noqa: E731
-            model.run(torch.tensor([list(ids)]), hook=every)
-    return [probe.score() for probe in probes]
-
-
-def score_sample(model: HookedModel, probe: Probe) -> Scored:
-    """One probe run alone."""
-    return run_probes(model, [probe])[0]
 
 
 def head_grid(model: HookedModel) -> np.ndarray:

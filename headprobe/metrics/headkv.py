@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import NO_SPAN, Options, Probe, Scored, head_grid, refused, rows_hook
+from headprobe.metrics.definitions import NO_SPAN, Options, Scored, head_grid, refused, rows_hook
+from headprobe.metrics.probe import Probe
 from headprobe.metrics.probs import key_positions
 from headprobe.metrics.retrieval import Span, answer_span, forced_prompt
 from headprobe.model.seam import AttentionCall

@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import Options, Probe, Scored, head_grid, refused, rows_hook
+from headprobe.metrics.definitions import Options, Scored, head_grid, refused, rows_hook
+from headprobe.metrics.probe import Probe
 from headprobe.metrics.probs import key_positions, row_positions
 from headprobe.metrics.retrieval import Span, forced_prompt
 from headprobe.model.masks import CausalMask

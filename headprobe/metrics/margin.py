@@ -31,6 +31,7 @@ from torch import Tensor
 from headprobe.hooked.base import HookedModel
 from headprobe.margin_table import head_means
 from headprobe.metrics.attention import HEAD_COLUMNS
+from headprobe.metrics.probe import PassHook, Probe, Shared, score_sample
 from headprobe.metrics.retrieval import Span, call_rows, forced_prompt
 from headprobe.model.masks import CausalMask
 from headprobe.model.seam import AttentionCall
@@ -103,14 +104,21 @@ def needle_logit_stats(
 def margin_rows(
     model: HookedModel, ids: list[int], rows: list[int], needle: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One forward pass over ``ids`` whose hook computes, at the query ``rows`` only (absolute positions),
-    :func:`needle_logit_stats` of every head. Returns ``margin``, ``mass`` and ``rank``, each ``[rows, layers,
-    max_heads]`` (NaN where a layer has fewer heads)."""
+    """One forward pass over ``ids`` whose hook (:func:`margin_hook`) computes, at the query ``rows`` only (absolute
+    positions), :func:`needle_logit_stats` of every head. Returns ``margin``, ``mass`` and ``rank``, each ``[rows,
+    layers, max_heads]`` (NaN where a layer has fewer heads)."""
+    out, hook = margin_hook(model, rows, needle)
+    score_sample(model, Probe(((tuple(ids), hook),), lambda: None))
+    return out[0], out[1], out[2]
+
+
+def margin_hook(model: HookedModel, rows: list[int], needle: tuple[int, int]) -> tuple[np.ndarray, PassHook]:
+    """``[3, rows, layers, max_heads]`` of NaN (margin, mass, rank), and the hook that fills it during a pass."""
     width = max(info.n_heads for info in model.layers)
     out = np.full((3, len(rows), len(model.layers), width), math.nan)
     wanted = torch.as_tensor(rows, dtype=torch.long)
 
-    def record(call: AttentionCall) -> None:
+    def record(call: AttentionCall, memo: Shared) -> None:
         found, at = call_rows(call, wanted)
         if not len(found):
             return
@@ -119,9 +127,7 @@ def margin_rows(
         for i, value in enumerate(stats):
             out[i][found, call.layer, : call.q.shape[1]] = value.T.numpy()
 
-    with torch.no_grad():
-        model.run(torch.tensor([ids]), hook=record)
-    return out[0], out[1], out[2]
+    return out, record
 
 
 def _mean_where_seen(values: np.ndarray, seen: np.ndarray) -> np.ndarray:
@@ -136,14 +142,30 @@ def margin_sample(
 ) -> pd.DataFrame:
     """One needle prompt's :data:`NEEDLE_MARGIN` rows (every head): its answer teacher-forced
     (:func:`~headprobe.metrics.retrieval.forced_prompt`, with the needle ``reach``), one forward pass."""
+    return score_sample(model, margin_probe(model, prompt, sample, span, reach))
+
+
+def margin_probe(
+    model: HookedModel, prompt: NeedlePrompt, sample: int, span: Span | str = Span.EXACT, reach: int = 0
+) -> Probe:
+    """:func:`margin_sample` as a :class:`~headprobe.metrics.probe.Probe` (its pass shared with the other forced
+    definitions of the sample); its result is the sample's rows."""
     forced = forced_prompt(model, prompt, span, reach)
-    margin, mass, rank = margin_rows(model, forced.ids, forced.rows, forced.read)
+    out, hook = margin_hook(model, forced.rows, forced.read)
+    return Probe(((tuple(forced.ids), hook),), lambda: margin_frame(model, prompt, sample, forced.rows, out))
+
+
+def margin_frame(
+    model: HookedModel, prompt: NeedlePrompt, sample: int, rows: list[int], out: np.ndarray
+) -> pd.DataFrame:
+    """The sample's :data:`NEEDLE_MARGIN` rows from :func:`margin_hook`'s arrays."""
+    margin, mass, rank = out
     seen = ~np.isnan(margin)
     by_step = {"seen": seen.mean(0), "margin": _mean_where_seen(margin, seen), "mass": np.nan_to_num(mass).mean(0),
                "rank": _mean_where_seen(rank, seen)}  # fmt: skip
     return pd.DataFrame.from_records(
         {"layer": info.index, "head": h, "layer_type": str(info.layer_type), "sample": sample, "depth": prompt.depth,
-         "answer_steps": len(forced.rows), **{name: float(v[info.index, h]) for name, v in by_step.items()}}
+         "answer_steps": len(rows), **{name: float(v[info.index, h]) for name, v in by_step.items()}}
         for info in model.layers
         for h in range(info.n_heads)
     )  # fmt: skip

@@ -24,8 +24,9 @@ import torch
 from torch import Tensor
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import Options, PassHook, Probe, Scored, head_grid, refused, rows_hook
+from headprobe.metrics.definitions import Options, Scored, head_grid, refused, rows_hook
 from headprobe.metrics.locos import NO_SENTENCE
+from headprobe.metrics.probe import PassHook, Probe
 from headprobe.metrics.probs import key_positions
 from headprobe.metrics.retrieval import Span, forced_prompt
 from headprobe.model.seam import AttentionCall

@@ -20,17 +20,8 @@ import numpy as np
 import torch
 
 from headprobe.hooked.base import HookedModel
-from headprobe.metrics.definitions import (
-    Options,
-    PassHook,
-    Probe,
-    Scored,
-    Shared,
-    head_grid,
-    refused,
-    score_sample,
-    shared,
-)
+from headprobe.metrics.definitions import Options, Scored, head_grid, refused
+from headprobe.metrics.probe import PassHook, Probe, Shared, score_sample, shared
 from headprobe.metrics.probs import key_probs, row_lse
 from headprobe.model.seam import AttentionCall
 from headprobe.model.tokenizer import ByteTokenizer

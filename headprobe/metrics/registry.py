@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -21,7 +22,6 @@ from headprobe.core.errors import SettingError
 from headprobe.hooked.base import HookedModel
 from headprobe.metrics.attention import ENTROPY, REORDERING, EntropyCollector, ReorderingCollector
 from headprobe.metrics.definitions import (
-    Probe,
     Scored,
     definition_headline,
     definition_rows,
@@ -30,16 +30,23 @@ from headprobe.metrics.definitions import (
     head_table,
     sample_frame,
     samples_schema,
-    score_sample,
 )
 from headprobe.metrics.erank import ERANK, ErankCollector
 from headprobe.metrics.headkv import needle_mass
 from headprobe.metrics.locos import logit_contrib
-from headprobe.metrics.margin import NEEDLE_MARGIN, margin_headline, margin_sample, margin_summary
+from headprobe.metrics.margin import NEEDLE_MARGIN, margin_headline, margin_probe, margin_sample, margin_summary
 from headprobe.metrics.passes import Collector
+from headprobe.metrics.probe import Probe, score_sample
 from headprobe.metrics.qrhead import query_focus
 from headprobe.metrics.razor import razor
-from headprobe.metrics.retrieval import RETRIEVAL, RETRIEVAL_COPIES, RETRIEVAL_SAMPLES, combine_samples, sample_tables
+from headprobe.metrics.retrieval import (
+    RETRIEVAL,
+    RETRIEVAL_COPIES,
+    RETRIEVAL_SAMPLES,
+    combine_samples,
+    sample_probe,
+    sample_tables,
+)
 from headprobe.metrics.summaries import (
     SummaryRow,
     erank_headline,
@@ -121,8 +128,8 @@ class DecodeMetric:
         probe: for a retrieval-head definition, ``(model, prompt, sample, options) -> Probe``: its work on one sample
             as forward passes (:class:`headprobe.metrics.definitions.Probe`), so that the definitions of one
             sample share their passes (:func:`~headprobe.metrics.definitions.run_probes`); ``decode`` runs it alone.
-        frames: with ``probe``, ``(model, scores, sample) -> {table: frame}``: its per-sample tables from the probe's
-            scores.
+        frames: with ``probe``, ``(model, result, sample) -> {table: frame}``: its per-sample tables from the probe's
+            result.
     """
 
     name: str
@@ -137,7 +144,7 @@ class DecodeMetric:
     revision: int = 1
     generates: bool = True
     probe: Callable[[HookedModel, NeedlePrompt, int, DecodeOptions], Probe] | None = None
-    frames: Callable[[HookedModel, Scored, int], dict[str, pd.DataFrame]] | None = None
+    frames: Callable[[HookedModel, Any, int], dict[str, pd.DataFrame]] | None = None
 
 
 Metric = PassMetric | DecodeMetric
@@ -243,6 +250,10 @@ METRICS: dict[str, Metric] = {
             # needles hide in the corpus's prose alone (no planted facts or questions); 5: the paper's set
             # form (set_value) beside the code's count; 6: the teacher-forced score and forced mass of every
             # sample (forced_value, forced_set_value, forced_mass), samples record their answer steps
+            probe=lambda model, prompt, sample, options: sample_probe(
+                model, prompt, sample, options.max_new_tokens, options.span, options.needle_reach
+            ),
+            frames=lambda model, tables, sample: tables,
         ),
         DecodeMetric(
             "needle_margin",
@@ -258,6 +269,10 @@ METRICS: dict[str, Metric] = {
             "needle margin and dilution per head: the needle's best logit over the haystack's, its mass and rank, "
             "at the teacher-forced answer steps",
             generates=False,
+            probe=lambda model, prompt, sample, options: margin_probe(
+                model, prompt, sample, options.span, options.needle_reach
+            ),
+            frames=lambda model, rows, sample: {NEEDLE_MARGIN.table: rows},
         ),
         *DEFINITIONS,
         PassMetric(

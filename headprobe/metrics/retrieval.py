@@ -54,6 +54,7 @@ import torch
 from headprobe.core.choice import Choice
 from headprobe.hooked.base import DecodeHook, HookedModel
 from headprobe.metrics.attention import HEAD_COLUMNS
+from headprobe.metrics.probe import PassHook, Probe, Shared, score_sample
 from headprobe.model.config import LayerInfo
 from headprobe.model.seam import AttentionCall
 from headprobe.results import Column, Schema
@@ -320,16 +321,26 @@ def forced_rows(
     model: HookedModel, ids: Sequence[int], rows: Sequence[int], span: tuple[int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
     """One forward pass over ``ids`` (the prompt and the forced answer but its last token) whose hook
-    computes, at the query ``rows`` only (absolute positions: the answer steps), each head's attention
-    argmax and its mass on ``span`` (``[start, end)`` key positions) by :func:`attention_stats`, never an
-    ``L x L`` matrix. Returns ``argmax [rows, layers, max_heads]`` (absolute key positions, -1 where a layer
-    has fewer heads) and ``mass [rows, layers, max_heads]`` (0-1; 0 there, and for a span out of reach)."""
+    (:func:`forced_hook`) computes, at the query ``rows`` only (absolute positions: the answer steps), each
+    head's attention argmax and its mass on ``span`` (``[start, end)`` key positions) by
+    :func:`attention_stats`, never an ``L x L`` matrix. Returns ``argmax [rows, layers, max_heads]`` (absolute
+    key positions, -1 where a layer has fewer heads) and ``mass [rows, layers, max_heads]`` (0-1; 0 there, and
+    for a span out of reach)."""
+    argmax, mass, hook = forced_hook(model, rows, span)
+    score_sample(model, Probe(((tuple(ids), hook),), lambda: None))
+    return argmax, mass
+
+
+def forced_hook(
+    model: HookedModel, rows: Sequence[int], span: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, PassHook]:
+    """:func:`forced_rows`'s arrays, empty, and the hook that fills them during a pass."""
     width = max(info.n_heads for info in model.layers)
     argmax = np.full((len(rows), len(model.layers), width), -1, dtype=np.int64)
     mass = np.zeros((len(rows), len(model.layers), width))
     wanted = torch.as_tensor(list(rows), dtype=torch.long)
 
-    def record(call: AttentionCall) -> None:
+    def record(call: AttentionCall, memo: Shared) -> None:
         found, at = call_rows(call, wanted)
         if not len(found):
             return
@@ -341,9 +352,7 @@ def forced_rows(
         if spans:
             mass[found, call.layer, :heads] = st.span_mass[0, :, :, 0].T.double().cpu().numpy()
 
-    with torch.no_grad():
-        model.run(torch.tensor([list(ids)]), hook=record)
-    return argmax, mass
+    return argmax, mass, record
 
 
 def forced_scores(
@@ -358,8 +367,14 @@ def forced_scores(
     it (never past the prompt's end)."""
     forced = forced_prompt(model, prompt, span, reach)
     argmax, mass = forced_rows(model, forced.ids, forced.rows, forced.read)
-    copies = copy_scores(argmax, forced.targets, prompt.ids, [forced.span])
-    return ForcedScores(copies.value, copies.set_value, mass.mean(0)), len(forced.rows)
+    return forced_result(forced, argmax, mass, prompt.ids), len(forced.rows)
+
+
+def forced_result(forced: ForcedPrompt, argmax: np.ndarray, mass: np.ndarray, ids: Sequence[int]) -> ForcedScores:
+    """:class:`ForcedScores` from the answer rows' argmax keys and masses (:func:`forced_rows`) of ``forced``, a
+    prompt of ``ids`` with its answer forced."""
+    copies = copy_scores(argmax, forced.targets, ids, [forced.span])
+    return ForcedScores(copies.value, copies.set_value, mass.mean(0))
 
 
 def retrieval_sample(
@@ -466,6 +481,32 @@ def head_scores(copies: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     )  # fmt: skip
 
 
+def sample_probe(
+    model: HookedModel,
+    prompt: NeedlePrompt,
+    sample: int,
+    max_new_tokens: int = 50,
+    span: Span | str = Span.EXACT,
+    reach: int = 0,
+) -> Probe:
+    """:func:`sample_tables` as a :class:`~headprobe.metrics.probe.Probe`: the forced pass (shared with the other
+    definitions of the sample), then the greedy decode; its result is the per-sample tables by name."""
+    model.check_length(prompt.length + max_new_tokens)
+    forced = forced_prompt(model, prompt, span, reach)
+    argmax, mass, hook = forced_hook(model, forced.rows, forced.read)
+
+    def score() -> dict[str, pd.DataFrame]:
+        scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
+        steps = {"answer_steps": len(forced.rows)}
+        teacher = forced_result(forced, argmax, mass, prompt.ids)
+        return {
+            RETRIEVAL_SAMPLES.table: pd.DataFrame.from_records([{"sample": sample} | record | steps]),
+            RETRIEVAL_COPIES.table: copy_rows(model.layers, scores, teacher, sample),
+        }
+
+    return Probe(((tuple(forced.ids), hook),), score)
+
+
 def sample_tables(
     model: HookedModel,
     prompt: NeedlePrompt,
@@ -477,13 +518,7 @@ def sample_tables(
     """One needle prompt decoded as sample number ``sample``, and its answer teacher-forced
     (:func:`forced_scores`, with the needle ``reach``): its :data:`RETRIEVAL_SAMPLES` row and its
     :data:`RETRIEVAL_COPIES` rows, by table name (:func:`head_scores` makes the head table of many)."""
-    model.check_length(prompt.length + max_new_tokens)
-    scores, record = retrieval_sample(model, prompt, max_new_tokens, span)
-    forced, steps = forced_scores(model, prompt, span, reach)
-    return {
-        RETRIEVAL_SAMPLES.table: pd.DataFrame.from_records([{"sample": sample} | record | {"answer_steps": steps}]),
-        RETRIEVAL_COPIES.table: copy_rows(model.layers, scores, forced, sample),
-    }
+    return score_sample(model, sample_probe(model, prompt, sample, max_new_tokens, span, reach))
 
 
 def combine_samples(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
