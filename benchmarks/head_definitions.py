@@ -9,7 +9,8 @@ converted once into a cached Hugging Face folder; float32 on both sides. One nee
 (``NEEDLES[0]`` at depth 50, the chat template as ``analyze``'s ``--prompt-format auto`` gives it), shortened
 where the prompt and 50 decoded tokens would exceed the model's 8,192 positions.
 
-Procedures (each in a fresh process, one sample after a warm-up):
+Procedures (each in a fresh process: one warm-up run of the very sample, then the measured one; an analysis of
+many samples pays the warm-up, which compiles headprobe's statistics tiles for the length, once):
 
 headprobe    what ``headprobe analyze`` runs per sample for all seven definitions (``retrieval``,
              ``retrieval_forced``, ``needle_mass``, ``query_focus``, ``echo``, ``induction``, ``logit_contrib``):
@@ -39,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from retrieval_wu import WARMUP_TOKENS, PeakMemory, gguf_file, lscpu_model, mib
+from retrieval_wu import PeakMemory, gguf_file, lscpu_model, mib
 
 PROCEDURES = ("headprobe", "definitions", "retrieval", "floor", "generate")
 DEFINITIONS = ("retrieval_forced", "needle_mass", "query_focus", "echo", "induction", "logit_contrib")
@@ -69,10 +70,9 @@ def run_headprobe(spec: dict, names: list[str]) -> dict:
     settings = AnalyzeSettings(metrics=names)
     wrapper = model.prompt_wrapper("auto")
     metrics = [METRICS[n] for n in names]
-    warm = needle_prompt(model.tokenizer, NEEDLES[0], WARMUP_TOKENS, 50.0, start=model.prompt_start, wrapper=wrapper)
-    decode_items(model, WARMUP_TOKENS, settings, metrics, warm, 0)
     prompt = needle_prompt(model.tokenizer, NEEDLES[0], spec["length"], 50.0, start=model.prompt_start, wrapper=wrapper)
     assert prompt.ids == spec["ids"], "the child built another prompt than the parent"
+    decode_items(model, spec["length"], settings, metrics, prompt, 0)  # warm-up: compiles the tiles at this shape
     with PeakMemory("cpu") as mem:
         t0 = time.perf_counter()
         frames = decode_items(model, spec["length"], settings, metrics, prompt, 0)
@@ -101,7 +101,7 @@ def run_floor(spec: dict, generate_only: bool) -> dict:
                 hf(torch.tensor([other]))
 
     others = [] if generate_only else [spec["forced"], spec["null"], spec["copies"]]
-    read(3, spec["ids"][-WARMUP_TOKENS:], [o[-WARMUP_TOKENS:] for o in others])
+    read(spec["decoded"], spec["ids"], others)  # warm-up on the very tokens, as headprobe's
     with PeakMemory("cpu") as mem:
         t0 = time.perf_counter()
         read(spec["decoded"], spec["ids"], others)

@@ -61,12 +61,14 @@ def build(results: Results) -> Figure:
             ax.axhspan(random.min(), random.max(), color="0.85", zorder=0, label=f"random sets ({len(random)} seeds)")
             ax.axhline(random.mean(), color="0.4", linewidth=0.8, linestyle="--", label="random mean")
         ax.axhline(0, color="k", linewidth=0.6)
-        ax.set_xticks(np.arange(len(names)), names, rotation=45, ha="right", fontsize=6)
         base = float(rows["baseline"].iloc[0])
+        ax.axhline(base, color="k", linewidth=0.6, linestyle=":", label="baseline: every answer lost")
+        ax.grid(axis="x", visible=False)
+        ax.set_xticks(np.arange(len(names)), names, rotation=45, ha="right", fontsize=6)
         ax.set_title(f"{model}: top {int(k)} ({mode}), baseline {base:.2f}", fontsize=7)
         ax.set_ylabel("needle accuracy drop")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=3, frameon=False, fontsize=6)
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, frameon=False, fontsize=6)
     return fig
 
 
@@ -77,8 +79,8 @@ SPEC = Spec(
     ("ablation",),
     "One panel per model and head-set size: the needle-accuracy drop (baseline minus ablated, pooled over tasks, "
     "lengths and depths) when each definition's top heads are ablated, largest first; the grey band spans the "
-    "random sets of the same size (dashed: their mean). A definition whose bar stands above the band found heads "
-    "the model needs more than any heads.",
+    "random sets of the same size (dashed: their mean), the dotted line is the baseline (a bar reaching it lost "
+    "every answer). A definition whose bar stands above the band found heads the model needs more than any heads.",
     build,
     "model",
 )

@@ -17,6 +17,7 @@ from figures.data import MissingInput, Results
 from figures.spec import Spec
 
 KEYS = ["length", "layer_type", "definition_a", "definition_b"]
+LABELLED = 3  # heads named in the scatter: each definition's top three
 
 
 def definition_order(pairs: pd.DataFrame) -> list[str]:
@@ -70,13 +71,17 @@ def _scatter(ax: Axes, results: Results, model: str, length: int, pair: tuple[st
         frames.append(table[(table["model"] == model) & (table["length"] == length)])
     both = frames[0].merge(frames[1], on=["layer", "head", "layer_type"], suffixes=("_a", "_b"))
     for kind, rows in both.groupby("layer_type"):
-        ax.scatter(
-            rows["value_a"], rows["value_b"], s=8, alpha=0.7, label=str(kind), color=models.layer_type_color(str(kind))
-        )
+        color = models.layer_type_color(str(kind))
+        ax.scatter(rows["value_a"], rows["value_b"], s=8, alpha=0.7, label=str(kind), color=color)
+    named = pd.concat([both.nlargest(LABELLED, "value_a"), both.nlargest(LABELLED, "value_b")]).drop_duplicates()
+    for r in named.itertuples():  # each definition's top heads, named L<layer>H<head>
+        ax.annotate(f"L{int(r.layer)}H{int(r.head)}", (r.value_a, r.value_b), fontsize=5, xytext=(2, 2),
+                    textcoords="offset points")  # fmt: skip
     ax.set_xlabel(a)
     ax.set_ylabel(b)
     ax.set_title(f"least agreeing pair: Spearman {rho:.2f}", fontsize=7)
-    ax.legend(fontsize=6, frameon=False)
+    if both["layer_type"].nunique() > 1:
+        ax.legend(fontsize=6, frameon=False)
 
 
 def build(results: Results) -> Figure:
@@ -102,7 +107,8 @@ SPEC = Spec(
     ("head_agreement",),
     "Left: the Spearman correlation between every two retrieval-head definitions over a model's heads, at its longest "
     "analysed length (red agree, blue disagree; – where undefined, e.g. Wu's score of a model that answered no "
-    "needle). Right: the two least agreeing definitions' scores, one dot per head, coloured by layer type.",
+    "needle). Right: the two least agreeing definitions' scores, one dot per head, coloured by layer type; each "
+    "definition's top three heads named L<layer>H<head>.",
     build,
     "model",
 )
