@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from retrieval_wu import PeakMemory, gguf_file, lscpu_model, mib
+from retrieval_wu import PeakMemory, gguf_file, lscpu_model, measure, mib
 
 PROCEDURES = ("headprobe", "definitions", "retrieval", "floor", "generate")
 DEFINITIONS = ("retrieval_forced", "needle_mass", "query_focus", "echo", "induction", "logit_contrib")
@@ -141,15 +141,6 @@ def specs(args) -> list[dict]:
     return out
 
 
-def measure(procedure: str, spec: dict, timeout: float, work: Path) -> dict:
-    from _report import run_child
-
-    spec_file = work / f"{procedure}-{spec['length']}.json"
-    spec_file.write_text(json.dumps(spec))
-    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(spec["threads"])}
-    return run_child(__file__, [procedure, str(spec_file)], timeout, for_memory=True, env=env)
-
-
 def table(rows: list[dict]) -> list[str]:
     lines = ["| prompt tokens | procedure | time | time / floor | peak RSS above the model | / floor's | KV cache |",
              "|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
@@ -199,7 +190,7 @@ def main() -> None:
             for procedure in ("headprobe", *(p for p in procedures if p != "headprobe")):
                 if procedure not in procedures and procedure != "headprobe":
                     continue
-                results[procedure] = r = measure(procedure, spec, args.timeout, Path(work))
+                results[procedure] = r = measure(procedure, spec, args.timeout, Path(work), __file__)
                 if procedure == "headprobe" and "decoded" in r:
                     spec["decoded"] = max(1, int(r["decoded"]))  # the floor generates as many tokens
                 print(f"{spec['length']} {procedure} {r}", flush=True)
@@ -208,13 +199,15 @@ def main() -> None:
                              "floor": results.get("floor")})  # fmt: skip
             record.append({"length": spec["length"], "results": results, "decoded": spec["decoded"]})
     command = (
-        f"python benchmarks/head_definitions.py --lengths {','.join(map(str, args.lengths))} --threads {args.threads}"
+        f"python benchmarks/head_definitions.py --lengths {','.join(map(str, args.lengths))} --threads {args.threads} "
+        f"--procedures {','.join(procedures)}"
     )
     lines = [
         f"## Every retrieval-head definition against the floor (CPU) — {today()}",
         "",
         f"Machine: {machine()}; lscpu: {lscpu_model()}; transformers {transformers.__version__}. Command: `{command}`.",
-        "SmolLM2-135M-Instruct, float32, one needle sample per length in a fresh process after a warm-up. floor:",
+        "SmolLM2-135M-Instruct, float32, one needle sample per length in a fresh process after a warm-up run of the",
+        "same sample (an analysis of many samples pays the warm-up, which compiles the statistics tiles, once). floor:",
         "transformers (SDPA, no hooks) reading the tokens headprobe reads (the greedy generation of the answer, then",
         "the forced prompt, the null prompt and the random copies); generate: the generation alone.",
         "",

@@ -316,13 +316,14 @@ def prompts(args, device: str) -> list[dict]:
     return out
 
 
-def measure(procedure: str, spec: dict, timeout: float, work: Path) -> dict:
+def measure(procedure: str, spec: dict, timeout: float, work: Path, script: str = __file__) -> dict:
+    """``procedure`` of ``spec`` in a fresh process of ``script`` (its ``--child``), the spec passed as a file."""
     from _report import run_child
 
     spec_file = work / f"{procedure}-{spec['length']}.json"
     spec_file.write_text(json.dumps(spec))
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(spec["threads"])}
-    return run_child(__file__, [procedure, str(spec_file)], timeout, for_memory=True, env=env)
+    return run_child(script, [procedure, str(spec_file)], timeout, for_memory=True, env=env)
 
 
 def agreement(results: dict[str, dict]) -> dict[str, dict]:

@@ -410,3 +410,12 @@ def test_the_definitions_of_one_sample_share_one_pass_per_distinct_input_and_sco
         pd.testing.assert_frame_equal(got.drop(columns="length"), alone[name])
     for table, frame in wu_alone.items():  # Wu's forced columns read the shared pass; its decode is its own
         pd.testing.assert_frame_equal(together[METRICS["retrieval"]][table][frame.columns], frame)
+
+
+def test_a_hand_built_induction_head_copies_every_forced_answer_token_and_a_uniform_head_none():
+    """``"pq 4729.rs "`` + forced ``"472"``: at rows 10-13 the induction head's largest probability falls on the span
+    key holding the token being forced (4, 7, 2, 9): 4 copies over a span of 4, each span key once. The uniform head's
+    ties go to key 0 (``p``), outside the span: 0. The sliding layer (window 6) reaches no matching key: 0."""
+    rows = frame_of("retrieval_forced", InductionModel(), hand_prompt()).set_index(["layer", "head"])
+    assert rows.loc[(0, 0), "value"] == 1.0 and rows.loc[(0, 0), "set_value"] == 1.0
+    assert rows.loc[(0, 1), "value"] == 0.0 and (rows.loc[1, "value"] == 0.0).all()

@@ -2,7 +2,7 @@
 samples become one head table of its name (docs/metrics.md, "Retrieval-head definitions").
 
 =================  ==============================================================================================
-``retrieval``       Wu et al.'s copy score from greedy decoding (:mod:`headprobe.metrics.retrieval`)
+retrieval          Wu et al.'s copy score from greedy decoding (:mod:`headprobe.metrics.retrieval`)
 retrieval_forced   Wu's rule at the teacher-forced answer steps (every model has numbers)
 needle_mass        HeadKV's retrieval-reasoning score: top-k attention mass on the needle (:mod:`.headkv`)
 query_focus        QRHead's query-focused score, calibrated by a null question (:mod:`.qrhead`)
