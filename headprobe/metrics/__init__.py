@@ -12,6 +12,7 @@ qrhead        ``query_focus``: QRHead's question-to-needle attention, calibrated
 razor         ``echo`` and ``induction``: RazorAttention's scores on four copies of a random sequence
 locos         ``logit_contrib``: LOCOS's answer logit sent from the needle against the rest
 agreement     ``head_agreement``: Spearman and top-k Jaccard between the definitions
+probe         ``Probe``, ``run_probes``: one sample's forward passes, each distinct input once, shared by the metrics
 probs         exact attention probabilities of chosen query rows (and chosen keys), never ``L x L``
 margin        the needle margin: each head's needle logit over the haystack's, its mass and rank
 heads         per-head means of row statistics
