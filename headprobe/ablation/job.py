@@ -213,8 +213,9 @@ class AblateJob(Job[AblateSettings]):
                 )
             for k in sorted({int(k) for kind, k in map(parse_spec, s.heads) if kind == "top"}):  # type: ignore[call-overload]
                 if ranking.score in WU_SCORES and (weak := ranking.below_threshold(k)):
+                    by = "" if ranking.score == "retrieval" else f" by {ranking.score}"
                     progress.log(
-                        f"{name}: top:{k} by {ranking.score} holds {weak} heads scoring below the retrieval-head "
+                        f"{name}: top:{k}{by} holds {weak} heads scoring below the retrieval-head "
                         f"threshold {RETRIEVAL_THRESHOLD} (only {len(ranking.retrieval_heads)} of its heads are "
                         "retrieval heads)"
                     )
